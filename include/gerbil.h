@@ -1,0 +1,99 @@
+/* gerbil — local-AI inference engine. Public C API.
+ *
+ * Every fallible call returns a gerbil_status. On failure the calling thread's
+ * message (gerbil_last_error) names the file, tensor, field or argument at fault.
+ * The library never exits the process. */
+#ifndef GERBIL_H
+#define GERBIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum gerbil_status {
+    GERBIL_OK = 0,
+    GERBIL_ERR_IO,          /* file missing, unreadable, mmap failed */
+    GERBIL_ERR_FORMAT,      /* corrupt or truncated file, malformed JSON */
+    GERBIL_ERR_UNSUPPORTED, /* unknown architecture, dtype or option */
+    GERBIL_ERR_INVALID_ARG, /* bad argument from the caller (id out of vocab, ...) */
+    GERBIL_ERR_NOMEM,       /* allocation failed */
+    GERBIL_ERR_CONTEXT,     /* sequence longer than the context window */
+} gerbil_status;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *gerbil_last_error(void);
+const char *gerbil_status_name(gerbil_status s);
+
+typedef enum gerbil_kv_type {
+    GERBIL_KV_F16 = 0, /* default */
+    GERBIL_KV_F32 = 1,
+} gerbil_kv_type;
+
+typedef struct gerbil_model *gerbil_model_t;   /* weights + hyperparameters, shareable */
+typedef struct gerbil_session *gerbil_session_t; /* one sequence: KV cache + position */
+
+typedef struct gerbil_model_params {
+    int n_threads;        /* <= 0: number of online CPUs */
+} gerbil_model_params;
+
+typedef struct gerbil_session_params {
+    int n_ctx;            /* <= 0: the model's max_position_embeddings (capped at 4096) */
+    gerbil_kv_type kv_type;
+} gerbil_session_params;
+
+gerbil_model_params gerbil_model_default_params(void);
+gerbil_session_params gerbil_session_default_params(void);
+
+/* Load a Hugging Face model folder (config.json + *.safetensors). */
+gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *params,
+                                gerbil_model_t *out);
+void gerbil_model_free(gerbil_model_t model);
+
+int gerbil_model_n_vocab(gerbil_model_t model);
+int gerbil_model_n_ctx_train(gerbil_model_t model);
+/* EOS ids from generation_config.json / config.json; returns how many (<= cap). */
+int gerbil_model_eos_ids(gerbil_model_t model, int32_t *ids, int cap);
+int32_t gerbil_model_bos_id(gerbil_model_t model); /* -1 if none */
+/* Human-readable multi-line description (architecture, params, dtypes, memory). */
+gerbil_status gerbil_model_describe(gerbil_model_t model, char *buf, size_t cap);
+
+gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
+                                 gerbil_session_t *out);
+void gerbil_session_free(gerbil_session_t s);
+/* Forget all tokens (position back to 0). */
+void gerbil_session_reset(gerbil_session_t s);
+int gerbil_session_n_past(gerbil_session_t s);
+int gerbil_session_n_ctx(gerbil_session_t s);
+
+/* Run ids[0..n) at the next positions. If logits != NULL it receives the logits:
+ * of every position ([n][n_vocab]) when all_logits, else of the last one ([n_vocab]). */
+gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n,
+                                  float *logits, int all_logits);
+
+/* ---- sampling ---- */
+typedef struct gerbil_sampler_params {
+    float temperature;        /* 0: greedy. default 0.7 */
+    int top_k;                /* <= 0: off. default 50 */
+    float top_p;              /* >= 1: off. default 0.9 */
+    float min_p;              /* <= 0: off. default 0 */
+    float repetition_penalty; /* 1: off. default 1.0 */
+    uint64_t seed;            /* default 0 */
+} gerbil_sampler_params;
+
+typedef struct gerbil_sampler *gerbil_sampler_t;
+
+gerbil_sampler_params gerbil_sampler_default_params(void);
+gerbil_status gerbil_sampler_new(const gerbil_sampler_params *p, int n_vocab, gerbil_sampler_t *out);
+void gerbil_sampler_free(gerbil_sampler_t s);
+/* Pick a token from logits (modified in place); history = ids seen so far (for the
+ * repetition penalty). */
+int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history,
+                              int n_history);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

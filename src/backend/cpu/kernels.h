@@ -1,0 +1,41 @@
+/* CPU kernels. Each has a scalar `_ref` version (the spec and the test oracle) and a
+ * fast version chosen at run time (AVX2/FMA/F16C when the CPU has them, else the
+ * reference). Results never depend on the thread count: every output element is
+ * computed by exactly one thread, always in the same order. */
+#ifndef GB_CPU_KERNELS_H
+#define GB_CPU_KERNELS_H
+
+#include "base/threadpool.h"
+#include "tensor/dtype.h"
+
+#include <stdint.h>
+
+/* y[t][o] = sum_i x[t][i] * w[o][i]   for t < n_tok, o < n_out.
+ * x: [n_tok][n_in] f32; y: [n_tok][n_out] f32 (must not alias x);
+ * w: [n_out][n_in] row-major of type wtype (GB_TYPE_F32, F16 or BF16), read in place
+ * (it is usually the mmap of a checkpoint; never written). */
+void matmul_ref(float *y, const float *x, const void *w, enum gb_type wtype,
+                int n_tok, int n_in, int n_out);
+/* Threaded over tp (may be NULL) and SIMD. n_tok == 1 is the decode case
+ * (matrix x vector, bound by memory bandwidth); n_tok > 1 is prefill (bound by
+ * arithmetic: reuse each loaded weight row across many tokens). */
+void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+            int n_tok, int n_in, int n_out);
+
+/* Attention helpers over f16 or f32 rows (the KV cache). */
+float dot_f32_ref(const float *a, const float *b, int n);
+float dot_f32(const float *a, const float *b, int n);
+float dot_f32_f16_ref(const float *a, const uint16_t *b, int n);
+float dot_f32_f16(const float *a, const uint16_t *b, int n);
+/* y[i] += a * v[i] */
+void axpy_f32_ref(float *y, float a, const float *v, int n);
+void axpy_f32(float *y, float a, const float *v, int n);
+void axpy_f16_ref(float *y, float a, const uint16_t *v, int n);
+void axpy_f16(float *y, float a, const uint16_t *v, int n);
+
+/* 1 when the AVX2/FMA/F16C kernels are in use (for tests and `gerbil info`). */
+int cpu_has_avx2(void);
+/* Force the reference kernels (tests, debugging). */
+void cpu_force_ref(int on);
+
+#endif
