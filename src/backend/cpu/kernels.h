@@ -16,6 +16,10 @@
  * (it is usually the mmap of a checkpoint; never written). */
 void matmul_ref(float *y, const float *x, const void *w, enum gb_type wtype,
                 int n_tok, int n_in, int n_out);
+/* matmul_ref restricted to output columns o in [o_lo, o_hi) (same shapes and strides):
+ * the piece one thread computes when the reference kernels are forced. */
+void matmul_rows_ref(float *y, const float *x, const void *w, enum gb_type wtype,
+                     int n_tok, int n_in, int n_out, int o_lo, int o_hi);
 /* Threaded over tp (may be NULL) and SIMD. n_tok == 1 is the decode case
  * (matrix x vector, bound by memory bandwidth); n_tok > 1 is prefill (bound by
  * arithmetic: reuse each loaded weight row across many tokens). */

@@ -1,0 +1,123 @@
+/* Kernel dispatch: the AVX2/FMA/F16C versions when the CPU (and OS) support them and
+ * the reference ones are not forced; the scalar references otherwise. matmul splits
+ * its output columns (rows of w) over the thread pool, never the reduction, so each
+ * y element is summed by one thread in an order that does not depend on the split. */
+#include "backend/cpu/kernels.h"
+#include "base/status.h"
+
+#ifdef GERBIL_HAVE_X86
+#include "backend/cpu/kernels_avx2.h"
+#endif
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+static _Atomic int force_ref;
+
+/* -1 until first asked; the check is idempotent, so a race only repeats it. */
+static _Atomic int avx2_ok = -1;
+
+static int detect_avx2(void) {
+#ifdef GERBIL_HAVE_X86
+    /* __builtin_cpu_supports also requires the OS to save the ymm state (XGETBV). */
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+static int use_avx2(void) {
+    if (atomic_load_explicit(&force_ref, memory_order_relaxed)) return 0;
+    int ok = atomic_load_explicit(&avx2_ok, memory_order_relaxed);
+    if (ok < 0) {
+        ok = detect_avx2();
+        atomic_store_explicit(&avx2_ok, ok, memory_order_relaxed);
+    }
+    return ok;
+}
+
+int cpu_has_avx2(void) { return use_avx2(); }
+
+void cpu_force_ref(int on) { atomic_store_explicit(&force_ref, on ? 1 : 0, memory_order_relaxed); }
+
+/* ---- matmul ---------------------------------------------------------------------- */
+
+enum {
+    /* Threads get whole multiples of this many columns: a multiple of the AVX2 tile
+     * height (4), so no thread is left with a ragged tile in mid-matrix. */
+    COL_QUANTUM = 8,
+    /* Below this many multiply-adds, waking the pool costs more than it saves. */
+    MIN_PARALLEL_MACS = 1 << 16,
+};
+
+struct matmul_job {
+    float *y;
+    const float *x;
+    const void *w;
+    enum gb_type wtype;
+    int n_tok, n_in, n_out;
+    int fast;
+};
+
+static void matmul_worker(void *ctx, int ith, int nth) {
+    const struct matmul_job *j = ctx;
+    long lo, hi;
+    tp_range((j->n_out + COL_QUANTUM - 1) / COL_QUANTUM, ith, nth, &lo, &hi);
+    int o_lo = (int)(lo * COL_QUANTUM);
+    int o_hi = hi * COL_QUANTUM < j->n_out ? (int)(hi * COL_QUANTUM) : j->n_out;
+    if (o_lo >= o_hi) return;
+#ifdef GERBIL_HAVE_X86
+    if (j->fast) {
+        matmul_rows_avx2(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, o_lo, o_hi);
+        return;
+    }
+#endif
+    matmul_rows_ref(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, o_lo, o_hi);
+}
+
+void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+            int n_tok, int n_in, int n_out) {
+    GB_ASSERT(wtype == GB_TYPE_F32 || wtype == GB_TYPE_F16 || wtype == GB_TYPE_BF16);
+    GB_ASSERT(n_tok >= 0 && n_in >= 0 && n_out >= 0);
+    if (n_tok == 0 || n_out == 0) return;
+    struct matmul_job job = {
+        .y = y, .x = x, .w = w, .wtype = wtype,
+        .n_tok = n_tok, .n_in = n_in, .n_out = n_out,
+        .fast = use_avx2(),
+    };
+    double macs = (double)n_tok * n_in * n_out;
+    if (macs < MIN_PARALLEL_MACS) matmul_worker(&job, 0, 1);
+    else tp_run(tp, matmul_worker, &job);
+}
+
+/* ---- attention helpers ------------------------------------------------------------ */
+
+float dot_f32(const float *a, const float *b, int n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) return dot_f32_avx2(a, b, n);
+#endif
+    return dot_f32_ref(a, b, n);
+}
+
+float dot_f32_f16(const float *a, const uint16_t *b, int n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) return dot_f32_f16_avx2(a, b, n);
+#endif
+    return dot_f32_f16_ref(a, b, n);
+}
+
+void axpy_f32(float *y, float a, const float *v, int n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { axpy_f32_avx2(y, a, v, n); return; }
+#endif
+    axpy_f32_ref(y, a, v, n);
+}
+
+void axpy_f16(float *y, float a, const uint16_t *v, int n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { axpy_f16_avx2(y, a, v, n); return; }
+#endif
+    axpy_f16_ref(y, a, v, n);
+}

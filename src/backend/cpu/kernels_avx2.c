@@ -1,0 +1,279 @@
+/* AVX2 + FMA + F16C kernels. Two matmul shapes matter:
+ *
+ *  - decode (n_tok == 1): y = W x streams every weight once and is bound by memory
+ *    bandwidth, so the job is to keep loads in flight: 4 rows at a time share each x
+ *    load, each row has 2 accumulators (8 independent FMA chains), and bf16/f16 is
+ *    widened in registers on the fly.
+ *  - prefill (n_tok > 1): bound by arithmetic. The weights are widened once per
+ *    (4 rows x KC columns) panel into a small f32 buffer and reused by every token;
+ *    a 4-row x 3-token register tile (12 accumulators) does 12 FMAs per 7 loads.
+ *
+ * Summation order, which the thread-count independence rests on: y[t][o] is
+ *   sum over k-blocks of KC (in order) of
+ *     hsum8(8-lane partial sums over that block's 8-element steps)
+ * for prefill, and hsum8(acc_even + acc_odd) + scalar tail for decode. Neither
+ * depends on which rows or tokens share a tile, nor on where a thread's rows begin. */
+#include "backend/cpu/kernels_avx2.h"
+#include "base/fp16.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Horizontal sum of 8 lanes, always in the same tree: (lo + hi) halves, then pairs. */
+static ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 weights from element i of a row, widened to f32. The type is a constant at every
+ * call site, so the branches fold away. bf16 is the top half of an f32: zero-extend
+ * to 32 bits and shift left 16. */
+static ALWAYS_INLINE __m256 load8_w(const void *row, size_t i, enum gb_type t) {
+    if (t == GB_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+    if (t == GB_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static ALWAYS_INLINE float load1_w(const void *row, size_t i, enum gb_type t) {
+    if (t == GB_TYPE_F32) return ((const float *)row)[i];
+    uint16_t h = ((const uint16_t *)row)[i];
+    return t == GB_TYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+static ALWAYS_INLINE size_t type_bytes(enum gb_type t) { return t == GB_TYPE_F32 ? 4 : 2; }
+
+/* Lanes [0, n) set, for 0 <= n <= 8: a window into -1 x 8, 0 x 8. */
+static const int32_t mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static ALWAYS_INLINE __m256i mask_first(int n) {
+    return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - n));
+}
+
+/* ---- decode: y[o] = dot(w[o], x) ---------------------------------------------- */
+
+/* R (1..4) consecutive rows starting at row0. */
+static ALWAYS_INLINE void gemv_rows(float *y, const float *x, const char *row0, size_t row_bytes,
+                                    int n, int R, enum gb_type t) {
+    __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const char *p = row0 + (size_t)r * row_bytes;
+            a0[r] = _mm256_fmadd_ps(load8_w(p, (size_t)i, t), x0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(load8_w(p, (size_t)i + 8, t), x1, a1[r]);
+        }
+    }
+    if (i + 8 <= n) {
+        __m256 x0 = _mm256_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            a0[r] = _mm256_fmadd_ps(load8_w(row0 + (size_t)r * row_bytes, (size_t)i, t), x0, a0[r]);
+        i += 8;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const char *p = row0 + (size_t)r * row_bytes;
+        float s = hsum8(_mm256_add_ps(a0[r], a1[r]));
+        for (int j = i; j < n; j++) s += x[j] * load1_w(p, (size_t)j, t);
+        y[r] = s;
+    }
+}
+
+static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in,
+                               int o_lo, int o_hi, enum gb_type t) {
+    size_t row_bytes = type_bytes(t) * (size_t)n_in;
+    const char *base = (const char *)w;
+    int o = o_lo;
+    for (; o + 4 <= o_hi; o += 4) gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 4, t);
+    switch (o_hi - o) {
+    case 3: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 3, t); break;
+    case 2: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 2, t); break;
+    case 1: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 1, t); break;
+    default: break;
+    }
+}
+
+/* ---- prefill: Y[t][o] = sum_i X[t][i] W[o][i] ------------------------------------- */
+
+enum {
+    TILE_R = 4,   /* weight rows per tile */
+    TILE_T = 3,   /* tokens per tile: 4 x 3 accumulators + 3 x + 1 w = 16 ymm */
+    KC = 256,     /* columns per panel: the 4 KiB f32 panel stays in L1, and the x
+                     slab (n_tok x KC floats) in L2 across all row panels */
+};
+
+/* Widen rows [o, o + R) x columns [k0, k0 + kc) of w into wp[TILE_R][KC], with the
+ * rows past R and the columns past kc (up to the next multiple of 8) zeroed, so the
+ * tile kernel always runs 4 full rows and whole 8-column steps. */
+static ALWAYS_INLINE void pack_panel(float *wp, const void *w, size_t row_bytes, int o, int R,
+                                     int k0, int kc, enum gb_type t) {
+    int kc8 = (kc + 7) & ~7;
+    for (int r = 0; r < TILE_R; r++) {
+        float *dst = wp + (size_t)r * KC;
+        if (r >= R) { memset(dst, 0, (size_t)kc8 * sizeof(float)); continue; }
+        const char *row = (const char *)w + (size_t)(o + r) * row_bytes;
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) _mm256_store_ps(dst + k, load8_w(row, (size_t)(k0 + k), t));
+        for (; k < kc; k++) dst[k] = load1_w(row, (size_t)(k0 + k), t);
+        for (; k < kc8; k++) dst[k] = 0.0f;
+    }
+}
+
+/* T tokens (rows of x, stride ldx) x 4 panel rows over kc columns; stores R rows of
+ * y (stride ldy), writing on the first panel and adding afterwards. */
+static ALWAYS_INLINE void tile(float *y, size_t ldy, const float *wp, const float *x, size_t ldx,
+                               int kc, int R, int T, int first) {
+    __m256 acc[TILE_R][TILE_T];
+#pragma GCC unroll 12
+    for (int r = 0; r < TILE_R; r++)
+#pragma GCC unroll 3
+        for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 xv[TILE_T];
+#pragma GCC unroll 3
+        for (int u = 0; u < T; u++) xv[u] = _mm256_loadu_ps(x + (size_t)u * ldx + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < TILE_R; r++) {
+            __m256 wv = _mm256_load_ps(wp + (size_t)r * KC + k);
+#pragma GCC unroll 3
+            for (int u = 0; u < T; u++) acc[r][u] = _mm256_fmadd_ps(wv, xv[u], acc[r][u]);
+        }
+    }
+    if (k < kc) {
+        /* Last partial step: x past kc is masked to 0 (and not read), the panel is 0. */
+        __m256i m = mask_first(kc - k);
+        __m256 xv[TILE_T];
+#pragma GCC unroll 3
+        for (int u = 0; u < T; u++) xv[u] = _mm256_maskload_ps(x + (size_t)u * ldx + k, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < TILE_R; r++) {
+            __m256 wv = _mm256_load_ps(wp + (size_t)r * KC + k);
+#pragma GCC unroll 3
+            for (int u = 0; u < T; u++) acc[r][u] = _mm256_fmadd_ps(wv, xv[u], acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < T; u++) {
+            float s = hsum8(acc[r][u]);
+            float *py = y + (size_t)u * ldy + r;
+            *py = first ? s : *py + s;
+        }
+}
+
+static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_tok, int n_in,
+                               int n_out, int o_lo, int o_hi, enum gb_type t) {
+    _Alignas(32) float wp[TILE_R * KC];
+    size_t row_bytes = type_bytes(t) * (size_t)n_in;
+    for (int k0 = 0; k0 < n_in; k0 += KC) {
+        int kc = n_in - k0 < KC ? n_in - k0 : KC;
+        int first = k0 == 0;
+        for (int o = o_lo; o < o_hi; o += TILE_R) {
+            int R = o_hi - o < TILE_R ? o_hi - o : TILE_R;
+            pack_panel(wp, w, row_bytes, o, R, k0, kc, t);
+            const float *xk = x + k0;
+            float *yo = y + o;
+            int u = 0;
+            for (; u + TILE_T <= n_tok; u += TILE_T)
+                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                     kc, R, TILE_T, first);
+            if (n_tok - u == 2)
+                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                     kc, R, 2, first);
+            else if (n_tok - u == 1)
+                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                     kc, R, 1, first);
+        }
+    }
+}
+
+/* One instance per weight type, so load8_w's type tests fold at compile time. */
+static void gemv_f32(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F32); }
+static void gemv_f16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F16); }
+static void gemv_bf16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_BF16); }
+static void gemm_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
+static void gemm_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
+static void gemm_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
+
+void matmul_rows_avx2(float *y, const float *x, const void *w, enum gb_type wtype,
+                      int n_tok, int n_in, int n_out, int o_lo, int o_hi) {
+    if (n_tok <= 0 || o_lo >= o_hi) return;
+    if (n_in <= 0) { /* empty sums; gemm's panel loop would not run at all */
+        for (int u = 0; u < n_tok; u++)
+            for (int o = o_lo; o < o_hi; o++) y[(size_t)u * n_out + o] = 0.0f;
+        return;
+    }
+    if (n_tok == 1) {
+        switch (wtype) {
+        case GB_TYPE_F32: gemv_f32(y, x, w, n_in, o_lo, o_hi); return;
+        case GB_TYPE_F16: gemv_f16(y, x, w, n_in, o_lo, o_hi); return;
+        default: gemv_bf16(y, x, w, n_in, o_lo, o_hi); return;
+        }
+    }
+    switch (wtype) {
+    case GB_TYPE_F32: gemm_f32(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+    case GB_TYPE_F16: gemm_f16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+    default: gemm_bf16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+    }
+}
+
+/* ---- attention helpers -------------------------------------------------------- */
+
+float dot_f32_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+float dot_f32_f16_avx2(const float *a, const uint16_t *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_w(b, (size_t)i, GB_TYPE_F16), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8_w(b, (size_t)i + 8, GB_TYPE_F16), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load8_w(b, (size_t)i + 16, GB_TYPE_F16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load8_w(b, (size_t)i + 24, GB_TYPE_F16), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8_w(b, (size_t)i, GB_TYPE_F16), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * f16_to_f32(b[i]);
+    return s;
+}
+
+/* The scalar tails use fmaf so every element is rounded once, like the vector body. */
+void axpy_f32_avx2(float *y, float a, const float *v, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(v + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, v[i], y[i]);
+}
+
+void axpy_f16_avx2(float *y, float a, const uint16_t *v, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8_w(v, (size_t)i, GB_TYPE_F16), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, f16_to_f32(v[i]), y[i]);
+}
