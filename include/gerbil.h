@@ -93,6 +93,36 @@ void gerbil_sampler_free(gerbil_sampler_t s);
 int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history,
                               int n_history);
 
+/* ---- generation ---- */
+typedef enum gerbil_stop_reason {
+    GERBIL_STOP_MAX_TOKENS = 0,
+    GERBIL_STOP_EOS,
+    GERBIL_STOP_CONTEXT,    /* the context window filled up */
+    GERBIL_STOP_CALLBACK,   /* on_token returned non-zero */
+} gerbil_stop_reason;
+
+typedef struct gerbil_generate_params {
+    int max_tokens;          /* default 512, as in the reference engine */
+    int ignore_eos;          /* keep going past EOS ids */
+    /* Called with each generated id; return non-zero to stop. May be NULL. */
+    int (*on_token)(void *user, int32_t id);
+    void *user;
+} gerbil_generate_params;
+
+typedef struct gerbil_generate_result {
+    int n_prompt, n_generated;
+    gerbil_stop_reason stop;
+    double prompt_s, gen_s;  /* wall time of prefill and of the decode steps */
+} gerbil_generate_result;
+
+gerbil_generate_params gerbil_generate_default_params(void);
+/* Prefill prompt[0..n_prompt) after what the session already holds, then sample up
+ * to max_tokens ids into out (capacity max_tokens). The sampler's repetition history
+ * is the prompt plus the generated ids. */
+gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, const int32_t *prompt,
+                              int n_prompt, const gerbil_generate_params *p, int32_t *out,
+                              gerbil_generate_result *res);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,15 @@ gerbil_status err_prefix(gerbil_status s, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err_msg, sizeof old);
-    snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, old);
+    /* truncation of very long messages is fine */
+    size_t n = strlen(prefix);
+    if (n > ERR_CAP - 3) n = ERR_CAP - 3;
+    memcpy(err_msg, prefix, n);
+    memcpy(err_msg + n, ": ", 2);
+    size_t m = strlen(old);
+    if (m > ERR_CAP - 1 - (n + 2)) m = ERR_CAP - 1 - (n + 2);
+    memcpy(err_msg + n + 2, old, m);
+    err_msg[n + 2 + m] = '\0';
     return s;
 }
 

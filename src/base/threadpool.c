@@ -2,7 +2,6 @@
  * spinning see it at once; workers that have gone to sleep (after SPIN_ITERS idle
  * polls) are woken through the condition variable. Completion is a countdown the
  * caller spins on. */
-#define _GNU_SOURCE
 #include "base/threadpool.h"
 #include "base/status.h"
 

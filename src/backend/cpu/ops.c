@@ -1,0 +1,119 @@
+/* CPU implementation of backend/ops.h. The heavy lifting (matmul, the dot products
+ * of attention) is in kernels.c; this file does the layout and the threading. */
+#include "backend/ops.h"
+#include "backend/cpu/kernels.h"
+#include "base/fp16.h"
+#include "base/status.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+void op_matmul(struct backend *be, float *y, const float *x, const struct gb_tensor *w,
+               const float *bias, int n_tok) {
+    GB_ASSERT(w->n_dims == 2);
+    const int n_out = (int)w->ne[0], n_in = (int)w->ne[1];
+    matmul(be->tp, y, x, w->data, w->type, n_tok, n_in, n_out);
+    if (bias)
+        for (int t = 0; t < n_tok; t++) op_add(y + (size_t)t * n_out, bias, n_out);
+}
+
+void op_get_rows(struct backend *be, float *y, const struct gb_tensor *e, const int32_t *ids, int n_tok) {
+    const int64_t n = e->ne[1];
+    const size_t row = type_row_size(e->type, n);
+    for (int t = 0; t < n_tok; t++) {
+        GB_ASSERT(ids[t] >= 0 && ids[t] < e->ne[0]);
+        type_to_f32(e->type, (const char *)e->data + (size_t)ids[t] * row, y + (size_t)t * n, n);
+    }
+}
+
+void op_rmsnorm(float *y, const float *x, const float *w, float eps, int n_rows, int n) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        double ss = 0.0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        /* torch: x * rsqrt(mean(x^2) + eps) in f32, then * weight */
+        float inv = 1.0f / sqrtf((float)(ss / n) + eps);
+        for (int i = 0; i < n; i++) yr[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+void op_silu_mul(float *y, const float *g, const float *u, long n) {
+    for (long i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void op_add(float *y, const float *x, long n) {
+    for (long i = 0; i < n; i++) y[i] += x[i];
+}
+
+void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
+             int n_tok, int n_heads, int head_dim, int n_rot) {
+    const int half = n_rot / 2;
+    float cs[512], sn[512];
+    GB_ASSERT(half <= 512);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < half; i++) {
+            float ang = (float)pos[t] * inv_freq[i]; /* f32 product, as torch does */
+            cs[i] = (float)cos((double)ang) * scale;
+            sn[i] = (float)sin((double)ang) * scale;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width) {
+    const size_t n = (size_t)n_tok * width, off = (size_t)pos0 * width;
+    if (kv_type == GB_TYPE_F32) {
+        memcpy((float *)cache + off, x, n * sizeof(float));
+    } else {
+        uint16_t *c = (uint16_t *)cache + off;
+        for (size_t i = 0; i < n; i++) c[i] = f32_to_f16(x[i]);
+    }
+}
+
+/* One (token, head) pair per work item: scores, softmax, weighted sum of values. */
+static void attention_worker(void *ctx, int ith, int nth) {
+    const struct attn_args *a = ctx;
+    const int group = a->n_head / a->n_head_kv, hd = a->head_dim;
+    const int kv_width = a->n_head_kv * hd;
+    float *sc = a->scratch + (size_t)ith * a->scratch_stride;
+    long lo, hi;
+    tp_range((long)a->n_tok * a->n_head, ith, nth, &lo, &hi);
+    for (long item = lo; item < hi; item++) {
+        const int t = (int)(item / a->n_head), h = (int)(item % a->n_head), kvh = h / group;
+        const int pos = a->pos0 + t;
+        const int j0 = (a->window > 0 && pos - a->window + 1 > 0) ? pos - a->window + 1 : 0;
+        const float *q = a->q + ((size_t)t * a->n_head + h) * hd;
+        float *out = a->out + ((size_t)t * a->n_head + h) * hd;
+        float mx = -FLT_MAX;
+        for (int j = j0; j <= pos; j++) {
+            size_t off = (size_t)j * kv_width + (size_t)kvh * hd;
+            float s = a->kv_type == GB_TYPE_F16 ? dot_f32_f16(q, (const uint16_t *)a->k_cache + off, hd)
+                                                : dot_f32(q, (const float *)a->k_cache + off, hd);
+            s *= a->scale;
+            sc[j] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.0f;
+        for (int j = j0; j <= pos; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+        const float inv = 1.0f / sum;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int j = j0; j <= pos; j++) {
+            size_t off = (size_t)j * kv_width + (size_t)kvh * hd;
+            if (a->kv_type == GB_TYPE_F16) axpy_f16(out, sc[j] * inv, (const uint16_t *)a->v_cache + off, hd);
+            else axpy_f32(out, sc[j] * inv, (const float *)a->v_cache + off, hd);
+        }
+    }
+}
+
+void op_attention(struct backend *be, const struct attn_args *a) {
+    tp_run(be->tp, attention_worker, (void *)a);
+}

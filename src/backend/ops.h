@@ -1,0 +1,57 @@
+/* The op interface models are written against. Today one implementation: the CPU
+ * (src/backend/cpu/). Activations are f32 row-major [n_tok][width]; weights are
+ * gb_tensor views read in place; outputs come first, shapes last. */
+#ifndef GB_OPS_H
+#define GB_OPS_H
+
+#include "base/threadpool.h"
+#include "tensor/tensor.h"
+
+#include <stdint.h>
+
+struct backend {
+    threadpool_t *tp;
+};
+
+/* y[t][:] = x[t][:] . W^T (+ bias); W is [n_out][n_in] f32/f16/bf16; bias f32 [n_out] or NULL. */
+void op_matmul(struct backend *be, float *y, const float *x, const struct gb_tensor *w,
+               const float *bias, int n_tok);
+/* y[t][:] = rows ids[t] of the embedding table E [n_vocab][n_embd] as f32. */
+void op_get_rows(struct backend *be, float *y, const struct gb_tensor *e, const int32_t *ids, int n_tok);
+/* RMSNorm over rows of width n: y = x / sqrt(mean(x^2) + eps) * w. y may alias x. */
+void op_rmsnorm(float *y, const float *x, const float *w, float eps, int n_rows, int n);
+/* y[i] = silu(g[i]) * u[i]. */
+void op_silu_mul(float *y, const float *g, const float *u, long n);
+/* y[i] += x[i]. */
+void op_add(float *y, const float *x, long n);
+
+/* Rotate (x[2i'], ...) halves, HF "rotate_half" layout: for each head of x
+ * ([n_tok][n_heads][head_dim]), the first n_rot dims are split into halves
+ * (a, b) = (x[:n_rot/2], x[n_rot/2:n_rot]) and become
+ * (a cos - b sin, b cos + a sin) with angle pos[t] * inv_freq[i]; cos and sin are
+ * multiplied by scale. */
+void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
+             int n_tok, int n_heads, int head_dim, int n_rot);
+
+/* Causal attention of n_tok queries at positions pos0 .. pos0+n_tok-1 against the
+ * cache rows 0 .. pos0+n_tok-1 (already holding this batch's keys and values).
+ * q: [n_tok][n_head][head_dim]; out: same shape. k/v cache: [n_ctx][n_head_kv][head_dim]
+ * of kv_type (GB_TYPE_F16 or F32). Query head h reads kv head h / (n_head / n_head_kv).
+ * window > 0: a query at position i sees keys j with i - j < window.
+ * scratch: n_threads * n_ctx floats. */
+struct attn_args {
+    const float *q;
+    float *out;
+    const void *k_cache, *v_cache;
+    enum gb_type kv_type;
+    int n_tok, pos0, n_head, n_head_kv, head_dim, window;
+    float scale;
+    float *scratch;
+    int scratch_stride;
+};
+void op_attention(struct backend *be, const struct attn_args *a);
+
+/* Store rows [n_tok][width] of f32 into the cache at row pos0 (f16 or f32). */
+void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width);
+
+#endif

@@ -1,0 +1,63 @@
+/* The generation loop: one batched prefill, then one token per forward. */
+#include "base/status.h"
+#include "base/timer.h"
+#include "gerbil.h"
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+gerbil_generate_params gerbil_generate_default_params(void) {
+    return (gerbil_generate_params){.max_tokens = 512};
+}
+
+static int is_eos(const struct model_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, const int32_t *prompt,
+                              int n_prompt, const gerbil_generate_params *p, int32_t *out,
+                              gerbil_generate_result *res) {
+    const struct model_config *c = &s->model->cfg;
+    memset(res, 0, sizeof *res);
+    res->n_prompt = n_prompt;
+    if (n_prompt <= 0) return err_set(GERBIL_ERR_INVALID_ARG, "empty prompt");
+    if (p->max_tokens < 0) return err_set(GERBIL_ERR_INVALID_ARG, "max tokens must be >= 0");
+    if (s->n_past + n_prompt > s->n_ctx)
+        return err_set(GERBIL_ERR_CONTEXT, "prompt of %d tokens does not fit the context of %d tokens "
+                       "(%d already used); use a larger --ctx-size or a shorter prompt",
+                       n_prompt, s->n_ctx, s->n_past);
+
+    const int n_vocab = c->n_vocab;
+    float *logits = malloc((size_t)n_vocab * sizeof(float));
+    int32_t *hist = malloc(((size_t)n_prompt + (size_t)p->max_tokens) * sizeof(int32_t));
+    if (!logits || !hist) {
+        free(logits); free(hist);
+        return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof(int32_t));
+    int n_hist = n_prompt;
+
+    double t0 = time_now_s();
+    gerbil_status st = gerbil_session_eval(s, prompt, n_prompt, logits, 0);
+    res->prompt_s = time_now_s() - t0;
+    res->stop = GERBIL_STOP_MAX_TOKENS;
+
+    t0 = time_now_s();
+    for (int i = 0; st == GERBIL_OK && i < p->max_tokens; i++) {
+        int32_t id = gerbil_sampler_sample(sampler, logits, hist, n_hist);
+        out[res->n_generated++] = id;
+        hist[n_hist++] = id;
+        if (p->on_token && p->on_token(p->user, id)) { res->stop = GERBIL_STOP_CALLBACK; break; }
+        if (!p->ignore_eos && is_eos(c, id)) { res->stop = GERBIL_STOP_EOS; break; }
+        if (i + 1 == p->max_tokens) break;
+        if (s->n_past >= s->n_ctx) { res->stop = GERBIL_STOP_CONTEXT; break; }
+        st = gerbil_session_eval(s, &id, 1, logits, 0);
+    }
+    res->gen_s = time_now_s() - t0;
+    free(logits);
+    free(hist);
+    return st;
+}

@@ -1,0 +1,271 @@
+#include "model/config.h"
+#include "base/status.h"
+#include "io/json.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const struct {
+    const char *hf_class;
+    const char *model_type;
+    enum model_arch arch;
+} arch_table[] = {
+    {"LlamaForCausalLM", "llama", ARCH_LLAMA},
+    {"MistralForCausalLM", "mistral", ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", "qwen2", ARCH_QWEN2},
+    {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
+};
+_Static_assert(sizeof arch_table / sizeof arch_table[0] == ARCH_COUNT, "one row per architecture");
+
+const char *model_arch_name(enum model_arch a) {
+    return (unsigned)a < ARCH_COUNT ? arch_table[a].hf_class : "?";
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A positive int field; the message names the file and the field. */
+static gerbil_status get_pos_int(const cJSON *root, const char *key, int def, const char *path,
+                                 int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def > 0) { *out = def; return GERBIL_OK; }
+        return err_set(GERBIL_ERR_FORMAT, "%s: missing required field \"%s\"", path, key);
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+        v->valuedouble > (double)INT_MAX / 2)
+        return err_set(GERBIL_ERR_FORMAT, "%s: field \"%s\" must be a positive integer", path, key);
+    *out = (int)v->valuedouble;
+    return GERBIL_OK;
+}
+
+/* eos_token_id may be an int or a list of ints. Appends to cfg->eos_ids. */
+static void read_eos(const cJSON *root, struct model_config *cfg) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (!v || cJSON_IsNull(v)) return;
+    cfg->n_eos = 0;
+    if (cJSON_IsNumber(v)) {
+        cfg->eos_ids[cfg->n_eos++] = (int32_t)v->valuedouble;
+    } else if (cJSON_IsArray(v)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (cJSON_IsNumber(e) && cfg->n_eos < MODEL_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = (int32_t)e->valuedouble;
+        }
+    }
+}
+
+static void read_bos(const cJSON *root, struct model_config *cfg) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    if (v && cJSON_IsNumber(v)) cfg->bos_id = (int32_t)v->valuedouble;
+}
+
+static gerbil_status read_rope(const cJSON *root, const char *path, struct model_config *cfg) {
+    struct rope_config *r = &cfg->rope;
+    /* transformers 5 writes rope_parameters (with rope_theta inside); older configs
+     * write rope_theta at the top level and an optional rope_scaling object. */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (rp && cJSON_IsNull(rp)) rp = NULL;
+    if (rp && !cJSON_IsObject(rp))
+        return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters/rope_scaling must be an object", path);
+
+    r->theta = json_get_num(root, "rope_theta", 10000.0);
+    if (rp) r->theta = json_get_num(rp, "rope_theta", r->theta);
+    if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: rope_theta must be > 1", path);
+
+    double prf = json_get_num(root, "partial_rotary_factor", 1.0);
+    if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
+    r->n_dims = (int)(cfg->head_dim * prf);
+    if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
+        return err_set(GERBIL_ERR_FORMAT, "%s: partial_rotary_factor %g gives %d rotary dims for head_dim %d",
+                       path, prf, r->n_dims, cfg->head_dim);
+
+    r->max_pos = cfg->n_ctx_train;
+    r->type = ROPE_DEFAULT;
+    r->factor = 1.0;
+    if (!rp) return GERBIL_OK;
+
+    const char *type = json_get_str(rp, "rope_type", NULL);
+    if (!type) type = json_get_str(rp, "type", "default");
+    static const struct { const char *name; enum rope_type t; } types[] = {
+        {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
+        {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN},
+    };
+    int found = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(type, types[i].name) == 0) { r->type = types[i].t; found = 1; }
+    if (!found)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: rope type \"%s\" is not supported "
+                       "(supported: default, linear, dynamic, llama3, yarn)", path, type);
+    if (r->type == ROPE_DEFAULT) return GERBIL_OK;
+
+    r->factor = json_get_num(rp, "factor", 0.0);
+    if (!(r->factor > 0.0))
+        return err_set(GERBIL_ERR_FORMAT, "%s: rope type \"%s\" needs a positive \"factor\"", path, type);
+    r->orig_max_pos = (int)json_get_int(rp, "original_max_position_embeddings", cfg->n_ctx_train);
+    if (r->orig_max_pos < 1)
+        return err_set(GERBIL_ERR_FORMAT, "%s: original_max_position_embeddings must be positive", path);
+    if (r->type == ROPE_LLAMA3) {
+        r->low_freq_factor = json_get_num(rp, "low_freq_factor", 1.0);
+        r->high_freq_factor = json_get_num(rp, "high_freq_factor", 4.0);
+        if (!(r->high_freq_factor > r->low_freq_factor))
+            return err_set(GERBIL_ERR_FORMAT, "%s: llama3 rope needs high_freq_factor > low_freq_factor", path);
+    }
+    if (r->type == ROPE_YARN) {
+        r->attention_factor = json_get_num(rp, "attention_factor", 0.0);
+        r->beta_fast = json_get_num(rp, "beta_fast", 32.0);
+        r->beta_slow = json_get_num(rp, "beta_slow", 1.0);
+        r->mscale = json_get_num(rp, "mscale", 0.0);
+        r->mscale_all_dim = json_get_num(rp, "mscale_all_dim", 0.0);
+        r->truncate = json_get_bool(rp, "truncate", 1);
+    }
+    return GERBIL_OK;
+}
+
+/* Which layers use the sliding window. transformers 5 writes "layer_types"; older
+ * Qwen2/Qwen3 configs say use_sliding_window + max_window_layers; Mistral applies
+ * sliding_window to every layer. */
+static gerbil_status read_sliding(const cJSON *root, const char *path, struct model_config *cfg) {
+    cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_sliding) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    int window = (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) ? (int)sw->valuedouble : 0;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && cJSON_IsArray(lt)) {
+        if (cJSON_GetArraySize(lt) != cfg->n_layer)
+            return err_set(GERBIL_ERR_FORMAT, "%s: layer_types has %d entries for %d layers", path,
+                           cJSON_GetArraySize(lt), cfg->n_layer);
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lt) {
+            const char *s = cJSON_IsString(e) ? e->valuestring : "";
+            if (strcmp(s, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
+            else if (strcmp(s, "full_attention") != 0)
+                return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported", path, i, s);
+            i++;
+        }
+    } else if (window > 0) {
+        int use = 1, first = 0;
+        if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
+            use = json_get_bool(root, "use_sliding_window", 0);
+            first = (int)json_get_int(root, "max_window_layers", cfg->n_layer);
+        } else if (cfg->arch == ARCH_LLAMA) {
+            use = 0;
+        }
+        for (int i = first; use && i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
+    }
+    int any = 0;
+    for (int i = 0; i < cfg->n_layer; i++) any |= cfg->layer_sliding[i];
+    if (any && window == 0)
+        return err_set(GERBIL_ERR_FORMAT, "%s: sliding layers configured but sliding_window is not set", path);
+    cfg->sliding_window = any ? window : 0;
+    return GERBIL_OK;
+}
+
+static gerbil_status parse_config(const cJSON *root, const char *path, struct model_config *cfg) {
+    if (!cJSON_IsObject(root)) return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path);
+
+    const char *cls = NULL;
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+        cls = cJSON_GetArrayItem(archs, 0)->valuestring;
+    const char *mtype = json_get_str(root, "model_type", NULL);
+    int found = 0;
+    for (int i = 0; i < ARCH_COUNT && !found; i++) {
+        if ((cls && strcmp(cls, arch_table[i].hf_class) == 0) ||
+            (!cls && mtype && strcmp(mtype, arch_table[i].model_type) == 0)) {
+            cfg->arch = arch_table[i].arch;
+            found = 1;
+        }
+    }
+    if (!found)
+        return err_set(GERBIL_ERR_UNSUPPORTED,
+                       "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+                       path, cls ? cls : "(none)", mtype ? mtype : "(none)");
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", model_arch_name(cfg->arch));
+
+    GB_TRY(get_pos_int(root, "vocab_size", 0, path, &cfg->n_vocab));
+    GB_TRY(get_pos_int(root, "hidden_size", 0, path, &cfg->n_embd));
+    GB_TRY(get_pos_int(root, "num_hidden_layers", 0, path, &cfg->n_layer));
+    GB_TRY(get_pos_int(root, "num_attention_heads", 0, path, &cfg->n_head));
+    GB_TRY(get_pos_int(root, "num_key_value_heads", cfg->n_head, path, &cfg->n_head_kv));
+    GB_TRY(get_pos_int(root, "intermediate_size", 0, path, &cfg->n_ff));
+    GB_TRY(get_pos_int(root, "max_position_embeddings", 2048, path, &cfg->n_ctx_train));
+    if (cfg->n_embd % cfg->n_head && !json_has(root, "head_dim"))
+        return err_set(GERBIL_ERR_FORMAT, "%s: hidden_size %d not divisible by num_attention_heads %d",
+                       path, cfg->n_embd, cfg->n_head);
+    GB_TRY(get_pos_int(root, "head_dim", cfg->n_embd / cfg->n_head, path, &cfg->head_dim));
+    if (cfg->n_head % cfg->n_head_kv)
+        return err_set(GERBIL_ERR_FORMAT, "%s: num_attention_heads %d not a multiple of num_key_value_heads %d",
+                       path, cfg->n_head, cfg->n_head_kv);
+    if (cfg->n_layer > MODEL_MAX_LAYERS)
+        return err_set(GERBIL_ERR_FORMAT, "%s: num_hidden_layers %d is absurd", path, cfg->n_layer);
+    cfg->norm_eps = (float)json_get_num(root, "rms_norm_eps", 1e-6);
+    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
+
+    const char *act = json_get_str(root, "hidden_act", "silu");
+    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
+
+    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", 0);
+    int attention_bias = json_get_bool(root, "attention_bias", 0);
+    switch (cfg->arch) {
+    case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;
+    case ARCH_MISTRAL: break;
+    case ARCH_LLAMA:
+        cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
+        cfg->mlp_bias = json_get_bool(root, "mlp_bias", 0);
+        break;
+    case ARCH_QWEN3:
+        cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
+        cfg->qk_norm = 1;
+        break;
+    default: break;
+    }
+
+    const char *dt = json_get_str(root, "torch_dtype", NULL);
+    if (!dt) dt = json_get_str(root, "dtype", "");
+    snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt);
+
+    read_bos(root, cfg);
+    read_eos(root, cfg);
+    GB_TRY(read_rope(root, path, cfg));
+    GB_TRY(read_sliding(root, path, cfg));
+    return GERBIL_OK;
+}
+
+gerbil_status model_config_load(const char *dir, struct model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->bos_id = -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!file_exists(path))
+        return err_set(GERBIL_ERR_IO, "%s: no config.json (expected a Hugging Face model folder)", dir);
+    cJSON *root = NULL;
+    GB_TRY(json_load_file(path, &root));
+    gerbil_status st = parse_config(root, path, cfg);
+    cJSON_Delete(root);
+    if (st != GERBIL_OK) { model_config_free(cfg); return st; }
+
+    /* generation_config.json overrides the special ids. */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (file_exists(path)) {
+        st = json_load_file(path, &root);
+        if (st != GERBIL_OK) { model_config_free(cfg); return st; }
+        if (cJSON_IsObject(root)) { read_bos(root, cfg); read_eos(root, cfg); }
+        cJSON_Delete(root);
+    }
+    return GERBIL_OK;
+}
+
+void model_config_free(struct model_config *cfg) {
+    free(cfg->layer_sliding);
+    cfg->layer_sliding = NULL;
+}

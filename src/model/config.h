@@ -1,0 +1,67 @@
+/* Hyperparameters of a Llama-family model, read from config.json (and
+ * generation_config.json). Architecture deltas are fields, not code paths. */
+#ifndef GB_MODEL_CONFIG_H
+#define GB_MODEL_CONFIG_H
+
+#include "gerbil.h"
+#include <stdint.h>
+
+enum model_arch {
+    ARCH_LLAMA = 0, /* LlamaForCausalLM */
+    ARCH_MISTRAL,   /* MistralForCausalLM */
+    ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v bias */
+    ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head q/k RMSNorm */
+    ARCH_COUNT,
+};
+
+enum rope_type { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN };
+
+struct rope_config {
+    enum rope_type type;
+    double theta;
+    double factor;             /* linear, dynamic, llama3, yarn */
+    int n_dims;                /* rotated dims per head (head_dim * partial_rotary_factor) */
+    int max_pos;               /* max_position_embeddings (dynamic: the trained length) */
+    int orig_max_pos;          /* original_max_position_embeddings (llama3, yarn) */
+    double low_freq_factor;    /* llama3 */
+    double high_freq_factor;   /* llama3 */
+    double attention_factor;   /* yarn: <= 0 means derive from factor / mscale */
+    double beta_fast, beta_slow; /* yarn */
+    double mscale, mscale_all_dim; /* yarn (DeepSeek style), 0 when absent */
+    int truncate;              /* yarn: round the correction range to integers */
+};
+
+enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
+
+struct model_config {
+    enum model_arch arch;
+    char arch_name[64];        /* as in config.json "architectures" */
+    int n_vocab;
+    int n_embd;                /* hidden_size */
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int n_ff;                  /* intermediate_size */
+    float norm_eps;
+    int n_ctx_train;           /* max_position_embeddings */
+    int tie_embeddings;
+    int attn_qkv_bias;         /* q/k/v projections have biases */
+    int attn_o_bias;           /* o_proj has a bias (Llama attention_bias) */
+    int mlp_bias;
+    int qk_norm;               /* Qwen3 */
+    int sliding_window;        /* 0: none */
+    uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
+    struct rope_config rope;
+    char dtype[16];            /* torch_dtype / dtype as declared */
+    int32_t bos_id;            /* -1: none */
+    int n_eos;
+    int32_t eos_ids[MODEL_MAX_EOS];
+};
+
+/* Read dir/config.json (+ dir/generation_config.json when present) and validate. */
+gerbil_status model_config_load(const char *dir, struct model_config *cfg);
+void model_config_free(struct model_config *cfg);
+const char *model_arch_name(enum model_arch a);
+
+#endif

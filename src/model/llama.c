@@ -1,0 +1,181 @@
+/* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm).
+ * One forward; the differences are config fields. */
+#include "model/model.h"
+#include "base/status.h"
+#include "model/rope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- binding ---- */
+
+struct binder {
+    struct gerbil_model *m;
+    float *f32_next;   /* bump pointer into m->f32_store */
+    size_t f32_left;
+};
+
+static gerbil_status check_shape(const struct gb_tensor *t, const char *name, int64_t d0, int64_t d1) {
+    const int want_dims = d1 > 0 ? 2 : 1;
+    if (t->n_dims != want_dims || t->ne[0] != d0 || (want_dims == 2 && t->ne[1] != d1)) {
+        char got[96] = "";
+        int off = 0;
+        for (int i = 0; i < t->n_dims && off < (int)sizeof got - 24; i++)
+            off += snprintf(got + off, sizeof got - (size_t)off, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
+        if (want_dims == 2)
+            return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld, %lld], found [%s]", name,
+                           (long long)d0, (long long)d1, got);
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld], found [%s]", name,
+                       (long long)d0, got);
+    }
+    if (!type_traits(t->type)->is_float)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s is not a float type (F32, F16, BF16)",
+                       name, type_name(t->type));
+    return GERBIL_OK;
+}
+
+static gerbil_status get_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols,
+                                const struct gb_tensor **out) {
+    const struct gb_tensor *t = st_checkpoint_find(&b->m->ck, name);
+    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
+    GB_TRY(check_shape(t, name, rows, cols));
+    b->m->weight_bytes += t->nbytes;
+    b->m->n_params += tensor_nelements(t);
+    *out = t;
+    return GERBIL_OK;
+}
+
+/* A vector (norm weight, bias) converted to f32 once at load. */
+static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, const float **out) {
+    const struct gb_tensor *t = st_checkpoint_find(&b->m->ck, name);
+    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
+    GB_TRY(check_shape(t, name, n, 0));
+    GB_ASSERT((size_t)n <= b->f32_left);
+    type_to_f32(t->type, t->data, b->f32_next, n);
+    *out = b->f32_next;
+    b->f32_next += n;
+    b->f32_left -= (size_t)n;
+    b->m->weight_bytes += t->nbytes;
+    b->m->n_params += n;
+    return GERBIL_OK;
+}
+
+gerbil_status llama_bind_weights(struct gerbil_model *m) {
+    const struct model_config *c = &m->cfg;
+    const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
+                  KV = (int64_t)c->n_head_kv * c->head_dim;
+    /* Upper bound of f32 vector elements: norms, biases, q/k norms. */
+    size_t per_layer = (size_t)(2 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D);
+    size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
+    m->f32_store = malloc(total * sizeof(float));
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->f32_store || !m->layers) return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
+    struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total};
+
+    GB_TRY(get_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
+    GB_TRY(get_vector(&b, "model.norm.weight", D, &m->out_norm));
+    if (c->tie_embeddings) {
+        m->lm_head = m->tok_embd;
+    } else {
+        if (!st_checkpoint_find(&m->ck, "lm_head.weight"))
+            return err_set(GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\" "
+                           "(config.json says tie_word_embeddings is false)");
+        GB_TRY(get_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
+    }
+
+    char name[256];
+#define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
+    for (int l = 0; l < c->n_layer; l++) {
+        struct layer_weights *w = &m->layers[l];
+        GB_TRY(get_vector(&b, NAME("input_layernorm.weight"), D, &w->attn_norm));
+        GB_TRY(get_matrix(&b, NAME("self_attn.q_proj.weight"), Q, D, &w->wq));
+        GB_TRY(get_matrix(&b, NAME("self_attn.k_proj.weight"), KV, D, &w->wk));
+        GB_TRY(get_matrix(&b, NAME("self_attn.v_proj.weight"), KV, D, &w->wv));
+        GB_TRY(get_matrix(&b, NAME("self_attn.o_proj.weight"), D, Q, &w->wo));
+        if (c->attn_qkv_bias) {
+            GB_TRY(get_vector(&b, NAME("self_attn.q_proj.bias"), Q, &w->bq));
+            GB_TRY(get_vector(&b, NAME("self_attn.k_proj.bias"), KV, &w->bk));
+            GB_TRY(get_vector(&b, NAME("self_attn.v_proj.bias"), KV, &w->bv));
+        }
+        if (c->attn_o_bias) GB_TRY(get_vector(&b, NAME("self_attn.o_proj.bias"), D, &w->bo));
+        if (c->qk_norm) {
+            GB_TRY(get_vector(&b, NAME("self_attn.q_norm.weight"), c->head_dim, &w->q_norm));
+            GB_TRY(get_vector(&b, NAME("self_attn.k_norm.weight"), c->head_dim, &w->k_norm));
+        }
+        GB_TRY(get_vector(&b, NAME("post_attention_layernorm.weight"), D, &w->ffn_norm));
+        GB_TRY(get_matrix(&b, NAME("mlp.gate_proj.weight"), F, D, &w->w_gate));
+        GB_TRY(get_matrix(&b, NAME("mlp.up_proj.weight"), F, D, &w->w_up));
+        GB_TRY(get_matrix(&b, NAME("mlp.down_proj.weight"), D, F, &w->w_down));
+        if (c->mlp_bias) {
+            GB_TRY(get_vector(&b, NAME("mlp.gate_proj.bias"), F, &w->b_gate));
+            GB_TRY(get_vector(&b, NAME("mlp.up_proj.bias"), F, &w->b_up));
+            GB_TRY(get_vector(&b, NAME("mlp.down_proj.bias"), D, &w->b_down));
+        }
+    }
+#undef NAME
+    return GERBIL_OK;
+}
+
+/* ---- forward ---- */
+
+gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all) {
+    struct gerbil_model *m = s->model;
+    const struct model_config *c = &m->cfg;
+    struct backend *be = &m->be;
+    const int D = c->n_embd, F = c->n_ff, hd = c->head_dim;
+    const int KV = c->n_head_kv * hd;
+    const int pos0 = s->n_past;
+    GB_ASSERT(n >= 1 && n <= s->n_batch && pos0 + n <= s->n_ctx);
+
+    for (int t = 0; t < n; t++) s->pos[t] = pos0 + t;
+    float rope_scale;
+    rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale);
+
+    float *x = s->x, *xn = s->xn;
+    op_get_rows(be, x, m->tok_embd, ids, n);                       /* x = embed(ids) */
+
+    for (int l = 0; l < c->n_layer; l++) {
+        const struct layer_weights *w = &m->layers[l];
+        /* attention block */
+        op_rmsnorm(xn, x, w->attn_norm, c->norm_eps, n, D);          /* xn = norm(x) */
+        op_matmul(be, s->q, xn, w->wq, w->bq, n);                    /* q = xn Wq^T */
+        op_matmul(be, s->k, xn, w->wk, w->bk, n);                    /* k = xn Wk^T */
+        op_matmul(be, s->v, xn, w->wv, w->bv, n);                    /* v = xn Wv^T */
+        if (w->q_norm) {                                             /* Qwen3: per-head norms */
+            op_rmsnorm(s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
+            op_rmsnorm(s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
+        }
+        op_rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
+        op_rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
+        op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);   /* cache k, v */
+        op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
+        struct attn_args aa = {
+            .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
+            .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
+            .n_head_kv = c->n_head_kv, .head_dim = hd,
+            .window = c->layer_sliding[l] ? c->sliding_window : 0,
+            .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
+        };
+        op_attention(be, &aa);                                       /* att = softmax(q k^T) v */
+        op_matmul(be, xn, s->att, w->wo, w->bo, n);                  /* xn = att Wo^T */
+        op_add(x, xn, (long)n * D);                                  /* x += attention */
+
+        /* feed-forward block (SwiGLU) */
+        op_rmsnorm(xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
+        op_matmul(be, s->gate, xn, w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
+        op_matmul(be, s->up, xn, w->w_up, w->b_up, n);               /* up = xn Wu^T */
+        op_silu_mul(s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
+        op_matmul(be, xn, s->gate, w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+        op_add(x, xn, (long)n * D);                                  /* x += ffn */
+    }
+
+    s->n_past += n;
+    if (!logits) return GERBIL_OK;
+    const float *rows = all ? x : x + (size_t)(n - 1) * D;
+    const int n_rows = all ? n : 1;
+    op_rmsnorm(xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
+    op_matmul(be, logits, xn, m->lm_head, NULL, n_rows);             /* logits = xn E^T */
+    return GERBIL_OK;
+}

@@ -1,0 +1,196 @@
+/* Public model and session API: load a folder, hold KV caches, run tokens. */
+#include "model/model.h"
+#include "base/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DEFAULT_MAX_CTX = 4096, DEFAULT_BATCH = 512 };
+
+gerbil_model_params gerbil_model_default_params(void) {
+    return (gerbil_model_params){.n_threads = 0};
+}
+
+gerbil_session_params gerbil_session_default_params(void) {
+    return (gerbil_session_params){.n_ctx = 0, .kv_type = GERBIL_KV_F16};
+}
+
+gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *params,
+                                gerbil_model_t *out) {
+    *out = NULL;
+    err_clear();
+    gerbil_model_params p = params ? *params : gerbil_model_default_params();
+    struct gerbil_model *m = calloc(1, sizeof *m);
+    if (!m) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    gerbil_status st = model_config_load(path, &m->cfg);
+    if (st != GERBIL_OK) goto fail;
+    st = st_checkpoint_open(path, &m->ck);
+    if (st != GERBIL_OK) goto fail;
+    st = llama_bind_weights(m);
+    if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
+    m->be.tp = tp_create(p.n_threads);
+    if (!m->be.tp) { st = GERBIL_ERR_NOMEM; goto fail; }
+    *out = m;
+    return GERBIL_OK;
+fail:
+    gerbil_model_free(m);
+    return st;
+}
+
+void gerbil_model_free(gerbil_model_t m) {
+    if (!m) return;
+    tp_free(m->be.tp);
+    st_checkpoint_close(&m->ck);
+    model_config_free(&m->cfg);
+    free(m->layers);
+    free(m->f32_store);
+    free(m);
+}
+
+int gerbil_model_n_vocab(gerbil_model_t m) { return m->cfg.n_vocab; }
+int gerbil_model_n_ctx_train(gerbil_model_t m) { return m->cfg.n_ctx_train; }
+int32_t gerbil_model_bos_id(gerbil_model_t m) { return m->cfg.bos_id; }
+
+int gerbil_model_eos_ids(gerbil_model_t m, int32_t *ids, int cap) {
+    int n = m->cfg.n_eos < cap ? m->cfg.n_eos : cap;
+    memcpy(ids, m->cfg.eos_ids, (size_t)n * sizeof *ids);
+    return n;
+}
+
+/* Bytes of KV cache per token of context. */
+static size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
+    return 2 * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
+}
+
+gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
+    const struct model_config *c = &m->cfg;
+    /* dtype histogram over the weights actually bound */
+    int64_t by_type[GB_TYPE_COUNT] = {0};
+    for (int i = 0; i < st_checkpoint_n_tensors(&m->ck); i++) {
+        const struct gb_tensor *t = st_checkpoint_at(&m->ck, i);
+        by_type[t->type] += tensor_nelements(t);
+    }
+    char dtypes[128] = "";
+    size_t off = 0;
+    for (int t = 0; t < GB_TYPE_COUNT; t++)
+        if (by_type[t] && off < sizeof dtypes)
+            off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
+                                    type_name((enum gb_type)t), 100.0 * by_type[t] / (double)m->n_params);
+    int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
+    double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
+    const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+    snprintf(buf, cap,
+             "architecture:   %s\n"
+             "parameters:     %lld (%.2f M)\n"
+             "dtypes:         %s\n"
+             "layers:         %d\n"
+             "hidden size:    %d\n"
+             "ffn size:       %d\n"
+             "heads:          %d (kv %d, head_dim %d)\n"
+             "vocab:          %d\n"
+             "context:        %d (trained)\n"
+             "rope:           %s, theta %g, factor %g, %d rotary dims\n"
+             "sliding window: %d\n"
+             "tied embedding: %s\n"
+             "weights:        %.1f MiB (mmap'd, read in place)\n"
+             "kv cache:       %.1f MiB at %d tokens (f16), %.1f KiB/token\n"
+             "memory needed:  %.1f MiB (weights + f16 kv cache at %d tokens)\n",
+             c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, c->n_embd, c->n_ff,
+             c->n_head, c->n_head_kv, c->head_dim, c->n_vocab, c->n_ctx_train, rope_names[c->rope.type],
+             c->rope.theta, c->rope.factor, c->rope.n_dims, c->sliding_window, c->tie_embeddings ? "yes" : "no",
+             m->weight_bytes / 1048576.0, kv16 / 1048576.0, n_ctx, kv_bytes_per_token(c, 2) / 1024.0,
+             (m->weight_bytes + kv16) / 1048576.0, n_ctx);
+    return GERBIL_OK;
+}
+
+/* ---- sessions ---- */
+
+gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *params,
+                                 gerbil_session_t *out) {
+    *out = NULL;
+    const struct model_config *c = &m->cfg;
+    gerbil_session_params p = params ? *params : gerbil_session_default_params();
+    int n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX);
+    if (p.kv_type != GERBIL_KV_F16 && p.kv_type != GERBIL_KV_F32)
+        return err_set(GERBIL_ERR_INVALID_ARG, "unknown kv cache type %d", (int)p.kv_type);
+    struct gerbil_session *s = calloc(1, sizeof *s);
+    if (!s) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    s->model = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_ctx < DEFAULT_BATCH ? n_ctx : DEFAULT_BATCH;
+    s->kv_type = p.kv_type == GERBIL_KV_F32 ? GB_TYPE_F32 : GB_TYPE_F16;
+    const size_t B = (size_t)s->n_batch, elt = type_traits(s->kv_type)->type_size;
+    const size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_head_kv * c->head_dim;
+    s->k_cache = calloc((size_t)c->n_layer, sizeof(void *));
+    s->v_cache = calloc((size_t)c->n_layer, sizeof(void *));
+    int ok = s->k_cache && s->v_cache;
+    /* calloc: pages of context never reached are never touched, so never resident. */
+    for (int l = 0; ok && l < c->n_layer; l++) {
+        s->k_cache[l] = calloc((size_t)n_ctx * KV, elt);
+        s->v_cache[l] = calloc((size_t)n_ctx * KV, elt);
+        ok = s->k_cache[l] && s->v_cache[l];
+    }
+    if (ok) {
+        s->x = malloc(B * c->n_embd * sizeof(float));
+        s->xn = malloc(B * c->n_embd * sizeof(float));
+        s->q = malloc(B * Q * sizeof(float));
+        s->att = malloc(B * Q * sizeof(float));
+        s->k = malloc(B * KV * sizeof(float));
+        s->v = malloc(B * KV * sizeof(float));
+        s->gate = malloc(B * c->n_ff * sizeof(float));
+        s->up = malloc(B * c->n_ff * sizeof(float));
+        s->attn_scratch = malloc((size_t)tp_n_threads(m->be.tp) * n_ctx * sizeof(float));
+        s->inv_freq = malloc((size_t)c->rope.n_dims / 2 * sizeof(float));
+        s->pos = malloc(B * sizeof(int32_t));
+        ok = s->x && s->xn && s->q && s->att && s->k && s->v && s->gate && s->up && s->attn_scratch &&
+             s->inv_freq && s->pos;
+    }
+    if (!ok) {
+        gerbil_session_free(s);
+        return err_set(GERBIL_ERR_NOMEM, "out of memory allocating a %d-token context", n_ctx);
+    }
+    *out = s;
+    return GERBIL_OK;
+}
+
+void gerbil_session_free(gerbil_session_t s) {
+    if (!s) return;
+    for (int l = 0; l < s->model->cfg.n_layer; l++) {
+        if (s->k_cache) free(s->k_cache[l]);
+        if (s->v_cache) free(s->v_cache[l]);
+    }
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->x); free(s->xn); free(s->q); free(s->att); free(s->k); free(s->v);
+    free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->pos);
+    free(s);
+}
+
+void gerbil_session_reset(gerbil_session_t s) { s->n_past = 0; }
+int gerbil_session_n_past(gerbil_session_t s) { return s->n_past; }
+int gerbil_session_n_ctx(gerbil_session_t s) { return s->n_ctx; }
+
+gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n, float *logits,
+                                  int all_logits) {
+    const struct model_config *c = &s->model->cfg;
+    if (n <= 0) return err_set(GERBIL_ERR_INVALID_ARG, "no tokens to evaluate");
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->n_vocab)
+            return err_set(GERBIL_ERR_INVALID_ARG, "token id %d at position %d is outside the vocabulary [0, %d)",
+                           (int)ids[i], i, c->n_vocab);
+    if (s->n_past + n > s->n_ctx)
+        return err_set(GERBIL_ERR_CONTEXT, "%d tokens after %d already in context exceed the context size %d",
+                       n, s->n_past, s->n_ctx);
+    /* The prompt goes through in batches of n_batch rows. */
+    for (int done = 0; done < n;) {
+        int chunk = n - done < s->n_batch ? n - done : s->n_batch;
+        int last = done + chunk == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)done * c->n_vocab;
+        else if (logits && last) out = logits;
+        GB_TRY(llama_forward(s, ids + done, chunk, out, all_logits));
+        done += chunk;
+    }
+    return GERBIL_OK;
+}

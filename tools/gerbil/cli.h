@@ -1,0 +1,41 @@
+/* Shared pieces of the gerbil subcommands. */
+#ifndef GERBIL_CLI_H
+#define GERBIL_CLI_H
+
+#include "gerbil.h"
+#include <stdint.h>
+#include <stdio.h>
+
+/* Options common to the model-running subcommands. */
+struct cli_model_opts {
+    const char *model;
+    int n_threads;
+    int n_ctx;
+    gerbil_kv_type kv_type;
+};
+
+/* Try to consume argv[*i] (and its value) as a common option. Returns 1 if consumed,
+ * 0 if not a common option, -1 on a bad value (message printed). */
+int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o);
+/* "--threads N  --kv-type f16|f32  --ctx-size N" help lines. */
+void cli_print_model_opts_help(FILE *f);
+
+/* Strict number parsing: the whole string must be a number in range. */
+int cli_parse_int(const char *flag, const char *s, long lo, long hi, int *out);
+int cli_parse_float(const char *flag, const char *s, float *out);
+/* "1,17,300" -> malloc'd ids. Returns 0 on success. */
+int cli_parse_ids(const char *s, int32_t **ids, int *n);
+/* Value of an option that takes one; prints an error when missing. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* Load the model and open a session; prints the error and returns non-zero on failure. */
+int cli_open(const struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s);
+/* Print "gerbil: <status>: <message>" to stderr; returns 1 (the exit code). */
+int cli_fail(const char *what, gerbil_status st);
+
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

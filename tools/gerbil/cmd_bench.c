@@ -1,0 +1,113 @@
+/* gerbil bench: prompt processing (pp) and text generation (tg) speed, reported the
+ * way llama-bench does: pp = one batch of P tokens from an empty context; tg = N
+ * single-token steps from an empty context; mean and standard deviation over reps. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: gerbil bench --model DIR [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
+               "Measures prompt processing (P tokens in one batch) and generation (N tokens one at\n"
+               "a time) in tokens/s, averaged over R repetitions after one warm-up.\n\noptions:\n"
+               "  -p, --n-prompt P     prompt tokens (default 512; 0 skips)\n"
+               "  -n, --n-gen N        generated tokens (default 128; 0 skips)\n"
+               "  -r, --repetitions R  repetitions (default 3)\n"
+               "      --json           one JSON object with prompt_tokens_per_s and gen_tokens_per_s\n");
+    cli_print_model_opts_help(f);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void mean_sd(const double *x, int n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) s2 += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    struct cli_model_opts o = {0};
+    int n_prompt = 512, n_gen = 128, reps = 3, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int r = cli_parse_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        int bad;
+        if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_prompt);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps);
+        else { fprintf(stderr, "gerbil bench: unknown option \"%s\"\n", a); help(stderr); return 2; }
+        if (bad) return 2;
+    }
+    if (o.n_ctx == 0) o.n_ctx = n_prompt + n_gen > 0 ? n_prompt + n_gen : 1;
+    gerbil_model_t m;
+    gerbil_session_t s;
+    if (cli_open(&o, &m, &s)) return 1;
+    if (n_prompt > gerbil_session_n_ctx(s) || n_gen > gerbil_session_n_ctx(s)) {
+        fprintf(stderr, "gerbil bench: -p/-n larger than the context size %d\n", gerbil_session_n_ctx(s));
+        gerbil_session_free(s);
+        gerbil_model_free(m);
+        return 2;
+    }
+    const int V = gerbil_model_n_vocab(m);
+    int max_n = n_prompt > n_gen ? n_prompt : n_gen;
+    int32_t *ids = malloc(((size_t)max_n + 1) * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+    if (!ids || !logits || !pp || !tg) { fprintf(stderr, "gerbil bench: out of memory\n"); return 1; }
+    /* Fixed pseudo-random ids: the work does not depend on them. */
+    unsigned x = 12345;
+    for (int i = 0; i < max_n; i++) { x = x * 1103515245u + 12345u; ids[i] = (int32_t)((x >> 8) % (unsigned)V); }
+
+    gerbil_status st = GERBIL_OK;
+    for (int r = -1; r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
+        if (n_prompt > 0) {
+            gerbil_session_reset(s);
+            double t0 = now_s();
+            st = gerbil_session_eval(s, ids, n_prompt, logits, 0);
+            if (r >= 0) pp[r] = n_prompt / (now_s() - t0);
+        }
+        if (n_gen > 0 && st == GERBIL_OK) {
+            gerbil_session_reset(s);
+            double t0 = now_s();
+            for (int i = 0; i < n_gen && st == GERBIL_OK; i++) st = gerbil_session_eval(s, &ids[i], 1, logits, 0);
+            if (r >= 0) tg[r] = n_gen / (now_s() - t0);
+        }
+    }
+    int rc = 0;
+    if (st != GERBIL_OK) {
+        rc = cli_fail("benchmark failed", st);
+    } else {
+        double ppm = 0, pps = 0, tgm = 0, tgs = 0;
+        if (n_prompt > 0) mean_sd(pp, reps, &ppm, &pps);
+        if (n_gen > 0) mean_sd(tg, reps, &tgm, &tgs);
+        int threads = o.n_threads;
+        if (json) {
+            printf("{\"model\": \"%s\", \"n_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
+                   "\"kv_type\": \"%s\", \"prompt_tokens_per_s\": %.3f, \"prompt_tokens_per_s_sd\": %.3f, "
+                   "\"gen_tokens_per_s\": %.3f, \"gen_tokens_per_s_sd\": %.3f}\n",
+                   o.model, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
+                   ppm, pps, tgm, tgs);
+        } else {
+            printf("| %-40s | %7s | %8s | %16s |\n", "model", "threads", "test", "t/s");
+            printf("| %-40s | %7s | %8s | %16s |\n", "----", "----", "----", "----");
+            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.model, threads, "pp", n_prompt, ppm, pps);
+            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.model, threads, "tg", n_gen, tgm, tgs);
+        }
+    }
+    free(ids); free(logits); free(pp); free(tg);
+    gerbil_session_free(s);
+    gerbil_model_free(m);
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* gerbil info --model DIR */
+#include "cli.h"
+
+#include <string.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: gerbil info --model DIR\n\n"
+               "Prints the architecture, parameter count, weight dtypes and the memory needed.\n");
+}
+
+int cmd_info(int argc, char **argv) {
+    struct cli_model_opts o = {.n_threads = 1};
+    for (int i = 1; i < argc; i++) {
+        int r = cli_parse_model_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r) continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        if (argv[i][0] != '-' && !o.model) { o.model = argv[i]; continue; }
+        fprintf(stderr, "gerbil info: unknown option \"%s\"\n", argv[i]);
+        help(stderr);
+        return 2;
+    }
+    gerbil_model_t m;
+    if (cli_open(&o, &m, NULL)) return 1;
+    char buf[4096];
+    gerbil_model_describe(m, buf, sizeof buf);
+    printf("model:          %s\n%s", o.model, buf);
+    gerbil_model_free(m);
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* gerbil: the command-line program. One file per subcommand. */
+#include "cli.h"
+
+#include <string.h>
+
+#define GERBIL_VERSION "0.1.0"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cmd_run, "generate tokens from a prompt"},
+    {"logits", cmd_logits, "print the logits of a prompt as JSON"},
+    {"info", cmd_info, "describe a model: architecture, parameters, dtypes, memory"},
+    {"bench", cmd_bench, "measure prompt-processing and generation speed"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "gerbil %s — local inference engine\n\nusage: gerbil COMMAND [options]\n\ncommands:\n",
+            GERBIL_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'gerbil COMMAND --help' describes each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
+    if (!strcmp(cmd, "--version")) { printf("gerbil %s\n", GERBIL_VERSION); return 0; }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "gerbil: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
