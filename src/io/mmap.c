@@ -1,0 +1,73 @@
+#include "io/mmap.h"
+#include "base/status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+gerbil_status mapped_file_open(const char *path, struct mapped_file *out) {
+    memset(out, 0, sizeof *out);
+
+    /* O_NONBLOCK so that a FIFO given by mistake fails below instead of hanging in
+     * open(); it has no effect on regular files. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return err_set(GERBIL_ERR_IO, "%s: %s", path, strerror(errno));
+
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return err_set(GERBIL_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    /* open() succeeds on a directory on Linux; say so rather than failing in mmap. */
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return err_set(GERBIL_ERR_IO, "%s: %s", path, strerror(EISDIR));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(GERBIL_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size < 0 || (uintmax_t)st.st_size > (uintmax_t)SIZE_MAX) {
+        close(fd);
+        return err_set(GERBIL_ERR_IO, "%s: file too large to map", path);
+    }
+    size_t size = (size_t)st.st_size;
+
+    char *path_copy = strdup(path);
+    if (!path_copy) {
+        close(fd);
+        return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", path);
+    }
+
+    /* mmap of length 0 is EINVAL, and an empty file has nothing to map anyway. */
+    void *data = NULL;
+    if (size > 0) {
+        data = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (data == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            free(path_copy);
+            return err_set(GERBIL_ERR_IO, "%s: mmap: %s", path, strerror(e));
+        }
+    }
+    /* The mapping keeps its own reference to the file; the descriptor is not needed. */
+    close(fd);
+
+    out->path = path_copy;
+    out->data = data;
+    out->size = size;
+    return GERBIL_OK;
+}
+
+void mapped_file_close(struct mapped_file *mf) {
+    if (!mf) return;
+    if (mf->data) munmap((void *)mf->data, mf->size);
+    free(mf->path);
+    memset(mf, 0, sizeof *mf);
+}
