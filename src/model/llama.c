@@ -5,6 +5,7 @@
 #include "model/rope.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,10 @@ static gerbil_status check_shape(const struct gb_tensor *t, const char *name, in
     if (!type_traits(t->type)->is_float)
         return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s is not a float type (F32, F16, BF16)",
                        name, type_name(t->type));
+    /* Kernels read elements through typed pointers; files from save_pretrained are aligned. */
+    if ((uintptr_t)t->data % type_traits(t->type)->type_size)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name,
+                       type_traits(t->type)->type_size);
     return GERBIL_OK;
 }
 
