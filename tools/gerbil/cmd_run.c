@@ -58,7 +58,17 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--ignore-eos")) { gp.ignore_eos = 1; continue; }
-        if (a[0] == '-' && a[1] && !(v = cli_value(argc, argv, &i))) return 2;
+        static const char *value_flags[] = {"--ids", "--max-tokens", "-n", "--temperature", "--temp", "--top-k",
+                                            "--top-p", "--min-p", "--repeat-penalty", "--repetition-penalty",
+                                            "--seed"};
+        int takes_value = 0;
+        for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) takes_value |= !strcmp(a, value_flags[k]);
+        if (a[0] == '-' && a[1] && !takes_value) {
+            fprintf(stderr, "gerbil run: unknown option \"%s\"\n", a);
+            help(stderr);
+            return 2;
+        }
+        if (takes_value && !(v = cli_value(argc, argv, &i))) return 2;
         int bad = 0;
         if (!strcmp(a, "--ids")) ids_arg = v;
         else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 0, 1 << 24, &gp.max_tokens);
@@ -73,13 +83,9 @@ int cmd_run(int argc, char **argv) {
             unsigned long long s = strtoull(v, &end, 10);
             if (end == v || *end) { fprintf(stderr, "gerbil run: --seed: expected an integer, got \"%s\"\n", v); return 2; }
             sp.seed = s;
-        } else if (a[0] != '-') {
+        } else {
             if (text) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
             text = a;
-        } else {
-            fprintf(stderr, "gerbil run: unknown option \"%s\"\n", a);
-            help(stderr);
-            return 2;
         }
         if (bad) return 2;
     }

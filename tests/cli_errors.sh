@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Command-line contract and bad input: every case must end with a clear message and a
+# non-zero exit, never a crash (this also runs under the sanitizer build).
+set -u
+G=${GERBIL:?set GERBIL to the gerbil binary}
+FX=tests/fixtures
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+
+# expect_fail NAME PATTERN CMD...: non-zero exit (not a signal) and stderr matching PATTERN
+expect_fail() {
+    local name=$1 pat=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"; local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qE -- "$pat" "$T/err"; then
+        pass=$((pass+1))
+    else
+        fail=$((fail+1)); echo "FAIL: $name (rc=$rc)"; sed 's/^/  stderr: /' "$T/err" | head -5
+    fi
+}
+expect_ok() {
+    local name=$1 pat=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"; local rc=$?
+    if [ $rc -eq 0 ] && grep -qE -- "$pat" "$T/out"; then
+        pass=$((pass+1))
+    else
+        fail=$((fail+1)); echo "FAIL: $name (rc=$rc)"; head -c 300 "$T/out"; sed 's/^/  stderr: /' "$T/err" | head -5
+    fi
+}
+
+# --help everywhere
+expect_ok "help" "usage: gerbil COMMAND" "$G" --help
+for c in run logits info bench; do expect_ok "$c --help" "usage: gerbil $c" "$G" $c --help; done
+expect_fail "no command" "usage" "$G"
+expect_fail "unknown command" 'unknown command "frobnicate"' "$G" frobnicate
+expect_fail "unknown flag" 'unknown option "--frob"' "$G" run --model $FX/llama-f32 --ids 1 --frob
+
+# bad flag values
+M=$FX/llama-f32
+expect_fail "threads not a number" "--threads: expected an integer" "$G" run --model $M --ids 1 --threads abc
+expect_fail "kv-type" "--kv-type: expected f16 or f32" "$G" logits --model $M --ids 1 --kv-type f8
+expect_fail "ids malformed" "--ids: expected comma-separated integers" "$G" logits --model $M --ids 1,x,3
+expect_fail "ids missing" "--ids is required" "$G" logits --model $M
+expect_fail "temperature" "--temperature: expected a number" "$G" run --model $M --ids 1 --temperature hot
+expect_fail "negative temperature" "temperature must be >= 0" "$G" run --model $M --ids 1 --temperature -1
+expect_fail "text prompt before tokenizer" "token ids with --ids" "$G" run --model $M "Why is the sky blue?"
+
+# bad ids and context
+expect_fail "id outside vocab" "token id 300 at position 1 is outside the vocabulary \[0, 256\)" \
+    "$G" logits --model $M --ids 1,300
+expect_fail "negative id" "outside the vocabulary" "$G" run --model $M --ids -5 --temperature 0 -n 2
+expect_fail "prompt longer than context" "exceed|does not fit the context" \
+    "$G" run --model $M --ids 1,2,3,4,5,6 --ctx-size 4 --temperature 0 -n 2
+
+# missing / corrupt files
+expect_fail "missing dir" "no config.json" "$G" info --model "$T/nope"
+mkdir -p "$T/trunc" && cp $FX/qwen2-f32/*.json "$T/trunc/"
+head -c 100000 $FX/qwen2-f32/model.safetensors > "$T/trunc/model.safetensors"
+expect_fail "truncated safetensors" "model.safetensors" "$G" info --model "$T/trunc"
+mkdir -p "$T/hdr" && cp $FX/qwen2-f32/*.json "$T/hdr/"
+{ printf '\xff\xff\xff\xff\xff\xff\x00\x00'; tail -c +9 $FX/qwen2-f32/model.safetensors; } > "$T/hdr/model.safetensors"
+expect_fail "absurd header length" "model.safetensors" "$G" info --model "$T/hdr"
+mkdir -p "$T/junk" && cp $FX/qwen2-f32/*.json "$T/junk/" && head -c 4096 /dev/urandom > "$T/junk/model.safetensors"
+expect_fail "random bytes" "model.safetensors" "$G" info --model "$T/junk"
+mkdir -p "$T/dtype" && cp $FX/qwen2-f32/*.json "$T/dtype/"
+sed '0,/"F32"/s//"F64"/' $FX/qwen2-f32/model.safetensors > "$T/dtype/model.safetensors"
+expect_fail "unsupported dtype" 'F64' "$G" info --model "$T/dtype"
+mkdir -p "$T/noweights" && cp $FX/qwen2-f32/*.json "$T/noweights/"
+expect_fail "no weights" "safetensors" "$G" info --model "$T/noweights"
+mkdir -p "$T/arch" && cp $FX/qwen2-f32/model.safetensors "$T/arch/"
+sed 's/Qwen2ForCausalLM/FooForCausalLM/' $FX/qwen2-f32/config.json > "$T/arch/config.json"
+expect_fail "unknown architecture" 'unknown architecture "FooForCausalLM"' "$G" info --model "$T/arch"
+mkdir -p "$T/cfg" && cp $FX/qwen2-f32/model.safetensors "$T/cfg/"
+head -c 200 $FX/qwen2-f32/config.json > "$T/cfg/config.json"
+expect_fail "truncated config.json" "config.json" "$G" info --model "$T/cfg"
+mkdir -p "$T/untied" && cp $FX/qwen2-f32/model.safetensors "$T/untied/"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' $FX/qwen2-f32/config.json > "$T/untied/config.json"
+expect_fail "missing lm_head" 'missing tensor "lm_head.weight"' "$G" info --model "$T/untied"
+mkdir -p "$T/shape" && cp $FX/qwen2-f32/model.safetensors "$T/shape/"
+sed 's/"intermediate_size": 128/"intermediate_size": 96/' $FX/qwen2-f32/config.json > "$T/shape/config.json"
+expect_fail "shape mismatch" 'expected shape \[96, 64\], found \[128, 64\]' "$G" info --model "$T/shape"
+
+# the parity contracts
+expect_ok "info" "architecture: +Qwen3ForCausalLM" "$G" info --model $FX/qwen3-bf16
+expect_ok "logits last" '^\{"n_vocab": 256, "logits": \[\[[^]]*\]\]\}$' "$G" logits --model $M --ids 1,17,100
+"$G" logits --model $M --ids 1,17,100 --all > "$T/all.json" 2>/dev/null
+rows=$(grep -o '\[' "$T/all.json" | wc -l)
+if [ "$rows" -eq 4 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: logits --all rows ($rows brackets)"; fi
+expect_ok "run --json" '"token_ids": \[[0-9, ]+\].*"prompt_tokens_per_s".*"gen_tokens_per_s"' \
+    "$G" run --model $M --ids 1,17,100 -n 5 --temperature 0 --json
+# the same seed gives the same tokens; sampling differs from greedy somewhere over 3 seeds
+a=$("$G" run --model $M --ids 1,17,100 -n 16 --seed 7 --temperature 1.0 --json 2>/dev/null | grep -o '"token_ids": \[[^]]*\]')
+b=$("$G" run --model $M --ids 1,17,100 -n 16 --seed 7 --temperature 1.0 --json 2>/dev/null | grep -o '"token_ids": \[[^]]*\]')
+c=$("$G" run --model $M --ids 1,17,100 -n 16 --seed 8 --temperature 1.0 --json 2>/dev/null | grep -o '"token_ids": \[[^]]*\]')
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: seeded sampling ($a / $b / $c)"; fi
+expect_ok "bench --json" '"prompt_tokens_per_s": [0-9.]+.*"gen_tokens_per_s": [0-9.]+' \
+    "$G" bench --model $M -p 16 -n 4 -r 1 --json
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
