@@ -127,9 +127,10 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
     top_k_sort(s->cands, n, k);
 
     /* softmax over the k candidates (sorted, so cands[0] is the max) */
+    const float mx = s->cands[0].s;
     double sum = 0.0;
     for (int i = 0; i < k; i++) {
-        s->cands[i].s = expf(s->cands[i].s - s->cands[0].s);
+        s->cands[i].s = expf(s->cands[i].s - mx);
         sum += s->cands[i].s;
     }
     for (int i = 0; i < k; i++) s->cands[i].s = (float)(s->cands[i].s / sum);
