@@ -1,0 +1,104 @@
+/* config.json compatibility: checkpoints written before transformers 5 put rope_theta
+ * at the top level and scaling under "rope_scaling" (with "type" or "rope_type").
+ * Rewriting a fixture's config that way must give the same logits. */
+#include "gerbil.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/gerbil-config-XXXXXX";
+
+/* Copy fixture `name` to tmpdir/name with config.json passed through edit(). */
+static int make_variant(const char *name, const char *out, void (*edit)(cJSON *)) {
+    char src[512], dst[512];
+    snprintf(dst, sizeof dst, "%s/%s", tmpdir, out);
+    CHECK(mkdir(dst, 0700) == 0);
+    snprintf(src, sizeof src, "tests/fixtures/%s/model.safetensors", name);
+    char abs_src[1024];
+    CHECK(realpath(src, abs_src) != NULL);
+    snprintf(dst, sizeof dst, "%s/%s/model.safetensors", tmpdir, out);
+    CHECK(symlink(abs_src, dst) == 0);
+    snprintf(src, sizeof src, "tests/fixtures/%s/config.json", name);
+    cJSON *cfg;
+    if (json_load_file(src, &cfg) != GERBIL_OK) return -1;
+    edit(cfg);
+    char *text = cJSON_Print(cfg);
+    snprintf(dst, sizeof dst, "%s/%s/config.json", tmpdir, out);
+    FILE *f = fopen(dst, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(cfg);
+    return 0;
+}
+
+/* rope_parameters {rope_theta, rope_type, ...} -> rope_theta + rope_scaling {type, ...} */
+static void to_v4_style(cJSON *cfg) {
+    cJSON *rp = cJSON_DetachItemFromObject(cfg, "rope_parameters");
+    cJSON *theta = cJSON_DetachItemFromObject(rp, "rope_theta");
+    cJSON_AddItemToObject(cfg, "rope_theta", theta);
+    cJSON *type = cJSON_DetachItemFromObject(rp, "rope_type");
+    cJSON_AddItemToObject(rp, "type", type);
+    cJSON_AddItemToObject(cfg, "rope_scaling", rp);
+    cJSON_DeleteItemFromObject(cfg, "dtype");
+    cJSON_AddStringToObject(cfg, "torch_dtype", "float32");
+}
+
+static void to_longrope(cJSON *cfg) {
+    cJSON *rp = cJSON_GetObjectItem(cfg, "rope_parameters");
+    cJSON_ReplaceItemInObject(rp, "rope_type", cJSON_CreateString("longrope"));
+}
+
+static void check_logits(const char *fixture, const char *variant) {
+    char dir[512], path[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, variant);
+    snprintf(path, sizeof path, "tests/fixtures/%s/expected.safetensors", fixture);
+    struct st_file e;
+    CHECK(st_file_open(path, &e) == GERBIL_OK);
+    const struct gb_tensor *ids = st_file_find(&e, "input_ids"), *ref = st_file_find(&e, "logits");
+    gerbil_model_t m;
+    gerbil_session_t s;
+    gerbil_status st = gerbil_model_load(dir, NULL, &m);
+    CHECKF(st == GERBIL_OK, "%s: %s", variant, gerbil_last_error());
+    if (st != GERBIL_OK) { st_file_close(&e); return; }
+    gerbil_session_params sp = gerbil_session_default_params();
+    sp.kv_type = GERBIL_KV_F32;
+    CHECK(gerbil_session_new(m, &sp, &s) == GERBIL_OK);
+    const int n = (int)ids->ne[0], V = (int)ref->ne[1];
+    float *lg = malloc((size_t)n * V * sizeof(float));
+    CHECK(gerbil_session_eval(s, ids->data, n, lg, 1) == GERBIL_OK);
+    float d = 0;
+    for (int i = 0; i < n * V; i++) d = fmaxf(d, fabsf(lg[i] - ((const float *)ref->data)[i]));
+    CHECKF(d <= 1e-3f, "%s: max |d| = %g", variant, d);
+    free(lg);
+    gerbil_session_free(s);
+    gerbil_model_free(m);
+    st_file_close(&e);
+}
+
+int main(void) {
+    CHECK(mkdtemp(tmpdir) != NULL);
+    const char *fx[] = {"llama-rope-linear", "llama-rope-llama3", "llama-rope-yarn", "qwen3-f32"};
+    for (int i = 0; i < 4; i++) {
+        char out[128];
+        snprintf(out, sizeof out, "%s-v4", fx[i]);
+        CHECK(make_variant(fx[i], out, to_v4_style) == 0);
+        check_logits(fx[i], out);
+    }
+    CHECK(make_variant("llama-rope-linear", "longrope", to_longrope) == 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/longrope", tmpdir);
+    gerbil_model_t m;
+    CHECK(gerbil_model_load(dir, NULL, &m) == GERBIL_ERR_UNSUPPORTED);
+    CHECKF(strstr(gerbil_last_error(), "\"longrope\"") != NULL, "message: %s", gerbil_last_error());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    CHECK(system(cmd) == 0);
+    return test_done();
+}
