@@ -123,6 +123,47 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
                               int n_prompt, const gerbil_generate_params *p, int32_t *out,
                               gerbil_generate_result *res);
 
+/* ---- text: tokenizers (src/text/) ---- */
+typedef struct gerbil_tokenizer *gerbil_tokenizer_t;
+
+/* path: a folder holding tokenizer.json (and optionally tokenizer_config.json and
+ * chat_template.jinja), or a tokenizer.json file. */
+gerbil_status gerbil_tokenizer_load(const char *path, gerbil_tokenizer_t *out);
+void gerbil_tokenizer_free(gerbil_tokenizer_t tok);
+int gerbil_tokenizer_n_vocab(gerbil_tokenizer_t tok);
+/* Encode len bytes of UTF-8 text. add_special: apply the post-processor (adds BOS
+ * etc. as HF's add_special_tokens=True). *ids is malloc'd; the caller frees it. */
+gerbil_status gerbil_tokenize(gerbil_tokenizer_t tok, const char *text, size_t len, int add_special,
+                              int32_t **ids, int *n_ids);
+/* Decode ids to text (HF decode; skip_special drops special tokens). *text is malloc'd
+ * and NUL-terminated; the caller frees it. */
+gerbil_status gerbil_detokenize(gerbil_tokenizer_t tok, const int32_t *ids, int n_ids, int skip_special,
+                                char **text, size_t *len);
+/* Special ids from tokenizer_config.json / the post-processor; -1 when none. */
+int32_t gerbil_tokenizer_bos(gerbil_tokenizer_t tok);
+int32_t gerbil_tokenizer_eos(gerbil_tokenizer_t tok);
+/* The chat template found beside the tokenizer (tokenizer_config.json "chat_template",
+ * or chat_template.jinja), or NULL. name selects one of a named list (NULL: "default"). */
+const char *gerbil_tokenizer_chat_template(gerbil_tokenizer_t tok, const char *name);
+
+/* Streaming detokenizer: feed ids one at a time, get text that is always whole UTF-8
+ * characters (bytes of an incomplete character are held back until it completes). */
+typedef struct gerbil_detok *gerbil_detok_t;
+gerbil_status gerbil_detok_new(gerbil_tokenizer_t tok, int skip_special, gerbil_detok_t *out);
+void gerbil_detok_free(gerbil_detok_t d);
+/* *piece points into the detokenizer (valid until the next call); may be empty. */
+gerbil_status gerbil_detok_push(gerbil_detok_t d, int32_t id, const char **piece, size_t *len);
+/* Whatever is held back at the end (replacement characters for broken UTF-8). */
+gerbil_status gerbil_detok_flush(gerbil_detok_t d, const char **piece, size_t *len);
+
+/* ---- text: chat templates (a Jinja2 subset, rendered as transformers does) ---- */
+/* Render template_src with the variables of the JSON object context_json (messages,
+ * tools, documents, add_generation_prompt, bos_token, eos_token, extra variables).
+ * trim_blocks and lstrip_blocks are on, as transformers sets them. *out is malloc'd.
+ * A template error, or raise_exception(), returns GERBIL_ERR_FORMAT / GERBIL_ERR_INVALID_ARG
+ * with a message naming the line and construct (or the exception's message). */
+gerbil_status gerbil_template_render(const char *template_src, const char *context_json, char **out);
+
 #ifdef __cplusplus
 }
 #endif

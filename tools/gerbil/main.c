@@ -14,6 +14,8 @@ static const struct {
     {"logits", cmd_logits, "print the logits of a prompt as JSON"},
     {"info", cmd_info, "describe a model: architecture, parameters, dtypes, memory"},
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
+    {"tokenize", cmd_tokenize, "text to token ids, or ids to text, with the model's tokenizer"},
+    {"template", cmd_template, "render a chat template for a conversation"},
 };
 
 static void usage(FILE *f) {
