@@ -2,17 +2,19 @@
  *
  *  - decode (n_tok == 1): y = W x streams every weight once and is bound by memory
  *    bandwidth, so the job is to keep loads in flight: 4 rows at a time share each x
- *    load, each row has 2 accumulators (8 independent FMA chains), and bf16/f16 is
- *    widened in registers on the fly.
+ *    load, each row has 2 accumulators (8 independent FMA chains), bf16/f16 is
+ *    widened in registers on the fly, and the next 4 rows are prefetched.
  *  - prefill (n_tok > 1): bound by arithmetic. The weights are widened once per
  *    (4 rows x KC columns) panel into a small f32 buffer and reused by every token;
  *    a 4-row x 3-token register tile (12 accumulators) does 12 FMAs per 7 loads.
  *
  * Summation order, which the thread-count independence rests on: y[t][o] is
  *   sum over k-blocks of KC (in order) of
- *     hsum8(8-lane partial sums over that block's 8-element steps)
- * for prefill, and hsum8(acc_even + acc_odd) + scalar tail for decode. Neither
- * depends on which rows or tokens share a tile, nor on where a thread's rows begin. */
+ *     hsum(8-lane partial sums over that block's 8-element steps)
+ * for prefill, and hsum(acc_even + acc_odd) + scalar tail (in order) for decode, with
+ * hsum always hsum8x4's tree. Neither depends on which rows or tokens share a tile,
+ * nor on where a thread's rows begin. (Decode and prefill orders differ, so a token's
+ * y may differ in the last bits between the two paths.) */
 #include "backend/cpu/kernels_avx2.h"
 #include "base/fp16.h"
 
@@ -34,6 +36,13 @@ static ALWAYS_INLINE float hsum8(__m256 v) {
 /* 8 weights from element i of a row, widened to f32. The type is a constant at every
  * call site, so the branches fold away. bf16 is the top half of an f32: zero-extend
  * to 32 bits and shift left 16. */
+/* The four horizontal sums of a, b, c, d as one vector, in one fixed tree per lane:
+ * adjacent pairs, then pairs of pairs, then the two 128-bit halves. */
+static ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
 static ALWAYS_INLINE __m256 load8_w(const void *row, size_t i, enum gb_type t) {
     if (t == GB_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
@@ -57,15 +66,27 @@ static ALWAYS_INLINE __m256i mask_first(int n) {
 
 /* ---- decode: y[o] = dot(w[o], x) ---------------------------------------------- */
 
-/* R (1..4) consecutive rows starting at row0. */
+/* While a group of 4 rows is summed, the same columns of the next group are
+ * prefetched: the hardware prefetcher alone loses ground at every jump to a new row
+ * (a bf16 row of 1024 is only 32 cache lines), and one group ahead is about one
+ * DRAM latency of work. */
+enum { PREFETCH_ROWS = 4 };
+
+/* R (1..4) consecutive rows starting at row0; pf: where to prefetch (the same
+ * columns of the next group, or row0 itself when there is none). */
 static ALWAYS_INLINE void gemv_rows(float *y, const float *x, const char *row0, size_t row_bytes,
-                                    int n, int R, enum gb_type t) {
+                                    const char *pf, int n, int R, enum gb_type t) {
     __m256 a0[4], a1[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     int i = 0;
+    size_t esz = type_bytes(t);
     for (; i + 16 <= n; i += 16) {
         __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        if (((size_t)i * esz & 63) == 0) { /* once per cache line of each row */
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) _mm_prefetch(pf + (size_t)r * row_bytes + (size_t)i * esz, _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const char *p = row0 + (size_t)r * row_bytes;
@@ -80,10 +101,16 @@ static ALWAYS_INLINE void gemv_rows(float *y, const float *x, const char *row0, 
             a0[r] = _mm256_fmadd_ps(load8_w(row0 + (size_t)r * row_bytes, (size_t)i, t), x0, a0[r]);
         i += 8;
     }
+    /* Rows past R reduce zeros, so every row's sum takes the same path. */
+    __m256 z = _mm256_setzero_ps();
+    float sums[4];
+    _mm_storeu_ps(sums, hsum8x4(_mm256_add_ps(a0[0], a1[0]), R > 1 ? _mm256_add_ps(a0[1], a1[1]) : z,
+                                R > 2 ? _mm256_add_ps(a0[2], a1[2]) : z,
+                                R > 3 ? _mm256_add_ps(a0[3], a1[3]) : z));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const char *p = row0 + (size_t)r * row_bytes;
-        float s = hsum8(_mm256_add_ps(a0[r], a1[r]));
+        float s = sums[r];
         for (int j = i; j < n; j++) s += x[j] * load1_w(p, (size_t)j, t);
         y[r] = s;
     }
@@ -94,11 +121,16 @@ static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in
     size_t row_bytes = type_bytes(t) * (size_t)n_in;
     const char *base = (const char *)w;
     int o = o_lo;
-    for (; o + 4 <= o_hi; o += 4) gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 4, t);
+    for (; o + 4 <= o_hi; o += 4) {
+        const char *p = base + (size_t)o * row_bytes;
+        const char *pf = o + PREFETCH_ROWS + 4 <= o_hi ? p + PREFETCH_ROWS * row_bytes : p;
+        gemv_rows(y + o, x, p, row_bytes, pf, n_in, 4, t);
+    }
+    const char *p = base + (size_t)o * row_bytes;
     switch (o_hi - o) {
-    case 3: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 3, t); break;
-    case 2: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 2, t); break;
-    case 1: gemv_rows(y + o, x, base + (size_t)o * row_bytes, row_bytes, n_in, 1, t); break;
+    case 3: gemv_rows(y + o, x, p, row_bytes, p, n_in, 3, t); break;
+    case 2: gemv_rows(y + o, x, p, row_bytes, p, n_in, 2, t); break;
+    case 1: gemv_rows(y + o, x, p, row_bytes, p, n_in, 1, t); break;
     default: break;
     }
 }
@@ -163,12 +195,19 @@ static ALWAYS_INLINE void tile(float *y, size_t ldy, const float *wp, const floa
             for (int u = 0; u < T; u++) acc[r][u] = _mm256_fmadd_ps(wv, xv[u], acc[r][u]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int u = 0; u < T; u++) {
-            float s = hsum8(acc[r][u]);
-            float *py = y + (size_t)u * ldy + r;
-            *py = first ? s : *py + s;
+    /* y[u][o..o+3] are adjacent: one 4-wide update per token when the tile is full. */
+#pragma GCC unroll 3
+    for (int u = 0; u < T; u++) {
+        __m128 s = hsum8x4(acc[0][u], acc[1][u], acc[2][u], acc[3][u]);
+        float *py = y + (size_t)u * ldy;
+        if (R == TILE_R) {
+            _mm_storeu_ps(py, first ? s : _mm_add_ps(_mm_loadu_ps(py), s));
+        } else {
+            float v[4];
+            _mm_storeu_ps(v, s);
+            for (int r = 0; r < R; r++) py[r] = first ? v[r] : py[r] + v[r];
         }
+    }
 }
 
 static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_tok, int n_in,
