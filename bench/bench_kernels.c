@@ -2,7 +2,7 @@
  *   decode  (n_tok = 1): GB/s of weights streamed, for one 1024x3072 matrix (fits in
  *           the last-level cache after the first pass) and for a set of them totalling
  *           BIG_BYTES, walked in turn so every call reads from DRAM;
- *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add).
+ *   prefill (n_tok = 128, and 512 for the fast kernels): GFLOP/s (2 flops per multiply-add).
  * Each for the reference and the fast kernels, with 1 and 2 threads.
  * Usage: bench_kernels [seconds per measurement, default 0.5] */
 #include "backend/cpu/kernels.h"
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { HID = 1024, FFN = 3072, PREFILL_TOK = 128 };
+enum { HID = 1024, FFN = 3072, PREFILL_TOK = 128, LONG_TOK = 512 };
 #define BIG_BYTES (512u << 20)
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -71,9 +71,9 @@ int main(int argc, char **argv) {
         w[m] = malloc(mat * 2);
         for (size_t i = 0; i < mat; i++) w[m][i] = f32_to_bf16(frand() * 0.05f);
     }
-    float *x = malloc((size_t)PREFILL_TOK * FFN * sizeof(float));
-    float *y = malloc((size_t)PREFILL_TOK * FFN * sizeof(float));
-    for (size_t i = 0; i < (size_t)PREFILL_TOK * FFN; i++) x[i] = frand();
+    float *x = malloc((size_t)LONG_TOK * FFN * sizeof(float));
+    float *y = malloc((size_t)LONG_TOK * FFN * sizeof(float));
+    for (size_t i = 0; i < (size_t)LONG_TOK * FFN; i++) x[i] = frand();
 
     threadpool_t *pools[2] = {tp_create(1), tp_create(2)};
     printf("matmul bf16, W %dx%d (n_out x n_in); avx2 available: %s\n", FFN, HID,
@@ -97,6 +97,11 @@ int main(int argc, char **argv) {
             r.n_out = HID;
             report(kname, p + 1, "prefill n_tok=128, n_in=3072", &r, b, 2.0 * PREFILL_TOK * (double)mat,
                    "GFLOP/s");
+            if (fast) { /* a long prompt: the x slab outgrows L2 */
+                r.n_tok = LONG_TOK;
+                report(kname, p + 1, "prefill n_tok=512, n_in=3072", &r, b, 2.0 * LONG_TOK * (double)mat,
+                       "GFLOP/s");
+            }
         }
     }
     cpu_force_ref(0);

@@ -168,9 +168,10 @@ int main(int argc, char **argv) {
                 for (int c = 0; c < COUNT(N_TOK); c++)
                     check_matmul(pools[1], WTYPES[ti], N_TOK[c], N_IN[a], N_OUT[b]);
 
-    /* Larger shapes: several KC panels, many tiles per thread, uneven thread splits. */
+    /* Larger shapes: several KC panels, many tiles per thread, uneven thread splits,
+     * more tokens than one prefill pass (192). */
     static const int BIG[][3] = {{1, 1024, 301}, {5, 1024, 301}, {33, 1000, 130}, {2, 3072, 37},
-                                 {1, 777, 1027}, {129, 65, 61}};
+                                 {1, 777, 1027}, {129, 65, 61}, {200, 40, 13}, {389, 300, 10}};
     for (int ti = 0; ti < COUNT(WTYPES); ti++)
         for (int s = 0; s < COUNT(BIG); s++) {
             check_matmul(pools[2], WTYPES[ti], BIG[s][0], BIG[s][1], BIG[s][2]);

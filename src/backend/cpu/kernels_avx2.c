@@ -140,8 +140,10 @@ static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in
 enum {
     TILE_R = 4,   /* weight rows per tile */
     TILE_T = 3,   /* tokens per tile: 4 x 3 accumulators + 3 x + 1 w = 16 ymm */
-    KC = 256,     /* columns per panel: the 4 KiB f32 panel stays in L1, and the x
-                     slab (n_tok x KC floats) in L2 across all row panels */
+    KC = 256,     /* columns per panel: the 4 KiB f32 panel stays in L1 */
+    TOK_BLOCK = 192, /* tokens per pass: the x slab (TOK_BLOCK x KC floats, 192 KiB)
+                        stays in L2 while every row panel sweeps it; each panel is
+                        widened once per pass, i.e. once per 192 tokens */
 };
 
 /* Widen rows [o, o + R) x columns [k0, k0 + kc) of w into wp[TILE_R][KC], with the
@@ -214,24 +216,27 @@ static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_to
                                int n_out, int o_lo, int o_hi, enum gb_type t) {
     _Alignas(32) float wp[TILE_R * KC];
     size_t row_bytes = type_bytes(t) * (size_t)n_in;
-    for (int k0 = 0; k0 < n_in; k0 += KC) {
-        int kc = n_in - k0 < KC ? n_in - k0 : KC;
-        int first = k0 == 0;
-        for (int o = o_lo; o < o_hi; o += TILE_R) {
-            int R = o_hi - o < TILE_R ? o_hi - o : TILE_R;
-            pack_panel(wp, w, row_bytes, o, R, k0, kc, t);
-            const float *xk = x + k0;
-            float *yo = y + o;
-            int u = 0;
-            for (; u + TILE_T <= n_tok; u += TILE_T)
-                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                     kc, R, TILE_T, first);
-            if (n_tok - u == 2)
-                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                     kc, R, 2, first);
-            else if (n_tok - u == 1)
-                tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                     kc, R, 1, first);
+    for (int u0 = 0; u0 < n_tok; u0 += TOK_BLOCK) {
+        int u1 = n_tok - u0 < TOK_BLOCK ? n_tok : u0 + TOK_BLOCK;
+        for (int k0 = 0; k0 < n_in; k0 += KC) {
+            int kc = n_in - k0 < KC ? n_in - k0 : KC;
+            int first = k0 == 0;
+            for (int o = o_lo; o < o_hi; o += TILE_R) {
+                int R = o_hi - o < TILE_R ? o_hi - o : TILE_R;
+                pack_panel(wp, w, row_bytes, o, R, k0, kc, t);
+                const float *xk = x + k0;
+                float *yo = y + o;
+                int u = u0;
+                for (; u + TILE_T <= u1; u += TILE_T)
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                         kc, R, TILE_T, first);
+                if (u1 - u == 2)
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                         kc, R, 2, first);
+                else if (u1 - u == 1)
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
+                         kc, R, 1, first);
+            }
         }
     }
 }
