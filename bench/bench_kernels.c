@@ -14,7 +14,7 @@
 #include <string.h>
 
 enum { HID = 1024, FFN = 3072, PREFILL_TOK = 128, LONG_TOK = 512 };
-#define BIG_BYTES (512u << 20)
+#define BIG_BYTES (1024u << 20)
 
 static unsigned long long rng = 88172645463325252ULL;
 static float frand(void) {

@@ -1,7 +1,8 @@
 /* Kernel dispatch: the AVX2/FMA/F16C versions when the CPU (and OS) support them and
  * the reference ones are not forced; the scalar references otherwise. matmul splits
- * its output columns (rows of w) over the thread pool, never the reduction, so each
- * y element is summed by one thread in an order that does not depend on the split. */
+ * its output columns (rows of w) into chunks shared out over the thread pool, never
+ * the reduction, so each y element is summed by one thread in an order that does not
+ * depend on the split. */
 #include "backend/cpu/kernels.h"
 #include "base/status.h"
 
@@ -45,9 +46,15 @@ void cpu_force_ref(int on) { atomic_store_explicit(&force_ref, on ? 1 : 0, memor
 /* ---- matmul ---------------------------------------------------------------------- */
 
 enum {
-    /* Threads get whole multiples of this many columns: a multiple of the AVX2 tile
-     * height (4), so no thread is left with a ragged tile in mid-matrix. */
+    /* Chunks are whole multiples of this many columns: a multiple of the AVX2 tile
+     * height (4), so no chunk leaves a ragged tile in mid-matrix. */
     COL_QUANTUM = 8,
+    /* Chunks per thread. Threads take chunks from a shared counter, so a thread that
+     * is preempted (other processes, or one more thread than free cores) or slower
+     * leaves its share to the others instead of stalling the call; more chunks
+     * balance better but restart the decode prefetch and the prefill x slab more
+     * often. Which thread sums an element never changes its value (see matmul). */
+    CHUNKS_PER_THREAD = 8,
     /* Below this many multiply-adds, waking the pool costs more than it saves. */
     MIN_PARALLEL_MACS = 1 << 16,
 };
@@ -59,24 +66,29 @@ struct matmul_job {
     enum gb_type wtype;
     int n_tok, n_in, n_out;
     int fast;
+    int chunk;         /* columns per chunk, a multiple of COL_QUANTUM */
+    _Atomic int next;  /* next chunk to take */
 };
 
 static void matmul_worker(void *ctx, int ith, int nth) {
-    const struct matmul_job *j = ctx;
-    long lo, hi;
-    tp_range((j->n_out + COL_QUANTUM - 1) / COL_QUANTUM, ith, nth, &lo, &hi);
-    int o_lo = (int)(lo * COL_QUANTUM);
-    int o_hi = hi * COL_QUANTUM < j->n_out ? (int)(hi * COL_QUANTUM) : j->n_out;
-    if (o_lo >= o_hi) return;
+    struct matmul_job *j = ctx;
+    for (;;) {
+        long o_lo = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
+        if (o_lo >= j->n_out) return;
+        int o_hi = o_lo + j->chunk < j->n_out ? (int)o_lo + j->chunk : j->n_out;
 #ifdef GERBIL_HAVE_X86
-    if (j->fast) {
-        matmul_rows_avx2(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, o_lo, o_hi);
-        return;
-    }
+        if (j->fast) {
+            matmul_rows_avx2(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, (int)o_lo, o_hi);
+            continue;
+        }
 #endif
-    matmul_rows_ref(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, o_lo, o_hi);
+        matmul_rows_ref(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, (int)o_lo, o_hi);
+    }
 }
 
+/* Every kernel computes each y element from its own row of w and token of x in an
+ * order fixed by n_in alone, so neither the thread count nor the chunking (which
+ * depends on it) can change a result bit. */
 void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
             int n_tok, int n_in, int n_out) {
     GB_ASSERT(wtype == GB_TYPE_F32 || wtype == GB_TYPE_F16 || wtype == GB_TYPE_BF16);
@@ -87,9 +99,18 @@ void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_t
         .n_tok = n_tok, .n_in = n_in, .n_out = n_out,
         .fast = use_avx2(),
     };
+    atomic_init(&job.next, 0);
     double macs = (double)n_tok * n_in * n_out;
-    if (macs < MIN_PARALLEL_MACS) matmul_worker(&job, 0, 1);
-    else tp_run(tp, matmul_worker, &job);
+    int nth = macs < MIN_PARALLEL_MACS ? 1 : tp_n_threads(tp);
+    long n_chunks = (long)nth * CHUNKS_PER_THREAD;
+    long chunk = (n_out + n_chunks - 1) / n_chunks;
+    job.chunk = (int)((chunk + COL_QUANTUM - 1) / COL_QUANTUM * COL_QUANTUM);
+    if (nth == 1) {
+        job.chunk = n_out; /* one chunk: nothing to balance */
+        matmul_worker(&job, 0, 1);
+    } else {
+        tp_run(tp, matmul_worker, &job);
+    }
 }
 
 /* ---- attention helpers ------------------------------------------------------------ */

@@ -33,9 +33,6 @@ static ALWAYS_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* 8 weights from element i of a row, widened to f32. The type is a constant at every
- * call site, so the branches fold away. bf16 is the top half of an f32: zero-extend
- * to 32 bits and shift left 16. */
 /* The four horizontal sums of a, b, c, d as one vector, in one fixed tree per lane:
  * adjacent pairs, then pairs of pairs, then the two 128-bit halves. */
 static ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
@@ -43,6 +40,9 @@ static ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
+/* 8 weights from element i of a row, widened to f32. The type is a constant at every
+ * call site, so the branches fold away. bf16 is the top half of an f32: zero-extend
+ * to 32 bits and shift left 16. */
 static ALWAYS_INLINE __m256 load8_w(const void *row, size_t i, enum gb_type t) {
     if (t == GB_TYPE_F32) return _mm256_loadu_ps((const float *)row + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
