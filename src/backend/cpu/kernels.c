@@ -8,6 +8,7 @@
 
 #ifdef GERBIL_HAVE_X86
 #include "backend/cpu/kernels_avx2.h"
+#include <cpuid.h>
 #endif
 
 #include <stdatomic.h>
@@ -20,10 +21,13 @@ static _Atomic int avx2_ok = -1;
 
 static int detect_avx2(void) {
 #ifdef GERBIL_HAVE_X86
-    /* __builtin_cpu_supports also requires the OS to save the ymm state (XGETBV). */
+    /* __builtin_cpu_supports reports AVX features only when the OS saves the ymm state
+     * (XGETBV). Clang's does not know "f16c", so that bit (CPUID.1:ECX[29]) is read
+     * directly; F16C works on ymm registers, so the avx2 check covers its OS side. */
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    unsigned eax, ebx, ecx = 0, edx;
+    int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1u);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return 0;
 #endif
