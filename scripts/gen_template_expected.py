@@ -319,7 +319,52 @@ MALFORMED = [
 ]
 
 
+def cli_cases():
+    """Inputs and expected stdout for tests/cli_template.sh (gerbil template over the
+    tokenizer folders in ../shared/data/tokenizers)."""
+    tok = os.path.join(ROOT, "..", "shared", "data", "tokenizers")
+    if not os.path.isdir(tok):
+        print("note: %s absent, CLI expectations not regenerated" % tok, file=sys.stderr)
+        return
+    msgs = CONVS["tool_calls"]
+    with open(os.path.join(TDIR, "cli_messages.json"), "w", encoding="utf-8") as f:
+        json.dump(msgs, f, ensure_ascii=False)
+    with open(os.path.join(TDIR, "cli_tools.json"), "w", encoding="utf-8") as f:
+        json.dump(TOOLS, f, ensure_ascii=False)
+    with open(os.path.join(TDIR, "cli_bad_messages.json"), "w", encoding="utf-8") as f:
+        json.dump(CONVS["bad_alternation"], f)
+
+    def cfg_of(model):
+        cfg = json.load(open(os.path.join(tok, model, "tokenizer_config.json"), encoding="utf-8"))
+        sp = {}
+        for k in ("bos_token", "eos_token", "unk_token", "pad_token"):
+            v = cfg.get(k)
+            if isinstance(v, dict):
+                v = v.get("content")
+            if isinstance(v, str):
+                sp[k] = v
+        return cfg["chat_template"], sp
+
+    runs = [  # (output file, model, template override, tools, add_generation_prompt, extra vars)
+        ("cli_qwen3.txt", "qwen3", None, True, True, {"enable_thinking": False}),
+        ("cli_gemma3.txt", "gemma3", None, False, False, {}),
+        ("cli_llama31.txt", "llama3", "meta-llama-Llama-3.1-8B-Instruct.jinja", True, True, {"date_string": "26 Jul 2024"}),
+    ]
+    for out, model, override, tools, agp, extra in runs:
+        src, sp = cfg_of(model)
+        if override:
+            src = open(os.path.join(TDIR, override), encoding="utf-8").read()
+        m = CONVS["user"] if model == "gemma3" else msgs
+        ctx = {"messages": m, "tools": TOOLS if tools else None, "documents": None, "add_generation_prompt": agp}
+        ctx.update(sp)
+        ctx.update(extra)
+        r = render(src, ctx)
+        with open(os.path.join(TDIR, out), "w", encoding="utf-8", newline="") as f:
+            f.write(r["output"])
+
+
 def main():
+    cli_cases()
     cases = real_template_cases()
     for name, src, ctx in UNIT:
         case = {"name": "unit/" + name, "template": src, "context": ctx}
