@@ -14,6 +14,7 @@ typedef struct {
     const char *expect[8]; /* end tags the innermost open block waits for */
     int nexpect;
     const char *open;      /* name of the innermost open block */
+    int loops;             /* enclosing for bodies, for break/continue (reset in macros) */
 } parser;
 
 static jtok *cur(parser *P) { return &P->t[P->i]; }
@@ -664,7 +665,10 @@ static jnode *parse_statement(parser *P) {
         if (is_name(P, "recursive")) return jerr(P->c, line, "recursive for loops are not supported");
         if (expect_block_end(P)) return NULL;
         static const char *ends[] = {"endfor", "else"};
-        if (!(n->c = parse_body(P, ends, 2))) return NULL;
+        P->loops++;
+        n->c = parse_body(P, ends, 2);
+        P->loops--;
+        if (!n->c) return NULL;
         if (is_name(P, "else")) {
             static const char *endfor[] = {"endfor"};
             adv(P);
@@ -694,7 +698,10 @@ static jnode *parse_statement(parser *P) {
         n->slen = cur(P)->n;
         adv(P);
         static const char *ends[] = {"endmacro"};
+        int loops = P->loops;
+        P->loops = 0;
         if (parse_params(P, n) || expect_block_end(P) || !(n->b = parse_body(P, ends, 1))) return NULL;
+        P->loops = loops;
         adv(P);
     } else if (!strcmp(w, "call")) {
         if (!(n = node(P, N_CALLBLOCK, line))) return NULL;
@@ -704,7 +711,10 @@ static jnode *parse_statement(parser *P) {
         if (call->kind != N_CALL) return jerr(P->c, line, "expected a call after 'call'");
         n->a = call;
         static const char *ends[] = {"endcall"};
+        int loops = P->loops;
+        P->loops = 0;
         if (expect_block_end(P) || !(n->b = parse_body(P, ends, 1))) return NULL;
+        P->loops = loops;
         adv(P);
     } else if (!strcmp(w, "filter")) {
         if (!(n = node(P, N_FILTERBLOCK, line)) || !(n->a = parse_block_filters(P, line, 1))) return NULL;
@@ -733,6 +743,7 @@ static jnode *parse_statement(parser *P) {
         if (expect_block_end(P) || !(n = parse_body(P, ends, 1))) return NULL;
         adv(P);
     } else if (!strcmp(w, "break") || !strcmp(w, "continue")) {
+        if (!P->loops) return jerr(P->c, line, "'%s' outside loop", w);
         if (!(n = node(P, w[0] == 'b' ? N_BREAK : N_CONTINUE, line))) return NULL;
     } else {
         int is_end = !strncmp(w, "end", 3) || !strcmp(w, "else") || !strcmp(w, "elif");
