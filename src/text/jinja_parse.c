@@ -141,9 +141,7 @@ static jnode *parse_filter(parser *P, jnode *input) {
     n->str = name_str(P, cur(P));
     n->slen = cur(P)->n;
     adv(P);
-    while (is_op(P, ".")) { /* dotted filter names are not used by templates; reject clearly */
-        return jerr(P->c, cur(P)->line, "unknown filter '%s.'", n->str);
-    }
+    if (is_op(P, ".")) return jerr(P->c, cur(P)->line, "dotted filter names are not supported ('%s.')", n->str);
     if (is_op(P, "(") && parse_call_args(P, n)) return NULL;
     return n;
 }
@@ -559,7 +557,7 @@ static jnode *parse_assign_target(parser *P, int with_ns) {
         if (!nm) return NULL;
         nm->str = name_str(P, cur(P));
         nm->slen = cur(P)->n;
-        static const char *reserved[] = {"true", "false", "none", "True", "False", "None", "loop_not_reserved"};
+        static const char *reserved[] = {"true", "false", "none", "True", "False", "None"};
         for (int k = 0; k < 6; k++)
             if (!strcmp(nm->str, reserved[k])) return jerr(P->c, line, "cannot assign to '%s'", nm->str);
         if (nvec_push(P, &names, nm)) return NULL;
@@ -774,7 +772,7 @@ static jnode *parse_body(parser *P, const char **ends, int nends) {
     if (nends) {
         for (int k = 0; k < nends && k < 8; k++) P->expect[k] = ends[k];
         P->nexpect = nends;
-        P->open = ends[nends - 1][0] == 'e' && !strncmp(ends[nends - 1], "end", 3) ? ends[nends - 1] + 3 : ends[0];
+        P->open = ends[0];
         for (int k = 0; k < nends; k++)
             if (!strncmp(ends[k], "end", 3)) P->open = ends[k] + 3;
     }
