@@ -91,6 +91,7 @@ gerbil_status tk_bpe_build(tk_model *m, const cJSON *cfg, tk_rawvocab *rv, const
     }
     tk_buf tmp = {0};
     gerbil_status st = GERBIL_OK;
+    if (tk_u64map_reserve(&m->merges, rv->n_merges)) return GERBIL_ERR_NOMEM;
     for (size_t i = 0; i < rv->n_merges; i++) {
         const uint64_t *mm = rv->m_off + i * 4;
         const char *a = rv->strs.p + mm[0], *b = rv->strs.p + mm[2];

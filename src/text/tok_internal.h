@@ -53,7 +53,7 @@ typedef struct tk_strmap_ent {
     int32_t val;
 } tk_strmap_ent;
 typedef struct tk_strmap {
-    uint32_t *slots; /* entry index + 1, 0 = empty */
+    uint64_t *slots; /* hash tag << 32 | entry index + 1, 0 = empty */
     size_t mask;
     tk_strmap_ent *ents;
     size_t n, cap;
@@ -69,6 +69,7 @@ static inline int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n,
 }
 static inline const char *tk_strmap_key(const tk_strmap *m, int64_t e) { return m->arena.p + m->ents[e].off; }
 void tk_strmap_free(tk_strmap *m);
+int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes); /* 0 ok */
 
 /* u64 -> u64 (keys != UINT64_MAX). */
 typedef struct tk_u64map {
@@ -78,6 +79,7 @@ typedef struct tk_u64map {
 int tk_u64map_put(tk_u64map *m, uint64_t k, uint64_t v); /* 0 ok, -1 nomem */
 int tk_u64map_get(const tk_u64map *m, uint64_t k, uint64_t *v); /* 1 found */
 void tk_u64map_free(tk_u64map *m);
+int tk_u64map_reserve(tk_u64map *m, size_t n);
 
 /* ---- UTF-8 and Unicode properties ---- */
 /* Decode the code point at s[*i] (valid UTF-8 assumed) and advance *i. */

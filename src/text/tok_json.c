@@ -398,6 +398,8 @@ static gerbil_status read_object(js *j, cJSON *obj, tk_rawvocab *rv, int is_mode
 
 gerbil_status tk_json_read(const char *buf, size_t len, const char *path, cJSON **root, tk_rawvocab *rv) {
     js j = {buf, buf + len, buf, path};
+    /* the vocab and merge strings are shorter than the file: one allocation, no regrowth */
+    if (tk_buf_reserve(&rv->strs, len + 1)) return GERBIL_ERR_NOMEM;
     *root = cJSON_CreateObject();
     if (!*root) return GERBIL_ERR_NOMEM;
     gerbil_status st = read_object(&j, *root, rv, 0);

@@ -23,6 +23,7 @@ static gerbil_status build_vocab(tk_model *m, tk_rawvocab *rv, const char *path)
     m->id_ent = malloc(((size_t)m->n_ids + 1) * sizeof *m->id_ent);
     if (!m->id_ent) return GERBIL_ERR_NOMEM;
     for (int32_t i = 0; i < m->n_ids; i++) m->id_ent[i] = -1;
+    if (tk_strmap_reserve(&m->vocab, rv->n, rv->strs.n)) return GERBIL_ERR_NOMEM;
     for (size_t i = 0; i < rv->n; i++) {
         int32_t id = rv->is_list ? (int32_t)i : (int32_t)rv->num[i];
         int64_t e = tk_strmap_put(&m->vocab, rv->strs.p + rv->off[i], rv->len[i], id);

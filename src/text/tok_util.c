@@ -73,15 +73,16 @@ uint64_t tk_hash(const void *s, size_t n) {
     return h;
 }
 
-static int strmap_grow(tk_strmap *m) {
-    size_t nslots = m->mask ? (m->mask + 1) * 2 : 1024;
-    uint32_t *slots = calloc(nslots, sizeof *slots);
+/* Slots hold (hash >> 32) << 32 | (entry + 1): a probe compares hash bits before it
+ * touches the entry and its key (the loads that miss the cache). */
+static int strmap_resize(tk_strmap *m, size_t nslots) {
+    uint64_t *slots = calloc(nslots, sizeof *slots);
     if (!slots) return -1;
     for (size_t e = 0; e < m->n; e++) {
         uint64_t h = tk_hash(m->arena.p + m->ents[e].off, m->ents[e].len);
         size_t i = h & (nslots - 1);
         while (slots[i]) i = (i + 1) & (nslots - 1);
-        slots[i] = (uint32_t)(e + 1);
+        slots[i] = (h & 0xFFFFFFFF00000000ULL) | (uint64_t)(e + 1);
     }
     free(m->slots);
     m->slots = slots;
@@ -89,25 +90,46 @@ static int strmap_grow(tk_strmap *m) {
     return 0;
 }
 
-int64_t tk_strmap_find(const tk_strmap *m, const char *k, size_t n) {
+int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes) {
+    size_t nslots = 1024;
+    while (nslots < n * 2) nslots *= 2;
+    if (nslots > m->mask + 1 && strmap_resize(m, nslots)) return -1;
+    if (n > m->cap) {
+        tk_strmap_ent *e = realloc(m->ents, n * sizeof *e);
+        if (!e) return -1;
+        m->ents = e;
+        m->cap = n;
+    }
+    return tk_buf_reserve(&m->arena, key_bytes + n);
+}
+
+static inline int64_t strmap_find_h(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
     if (!m->mask) return -1;
-    size_t i = tk_hash(k, n) & m->mask;
+    size_t i = h & m->mask;
+    uint64_t tag = h & 0xFFFFFFFF00000000ULL;
     for (;;) {
-        uint32_t s = m->slots[i];
+        uint64_t s = m->slots[i];
         if (!s) return -1;
-        const tk_strmap_ent *e = &m->ents[s - 1];
-        if (e->len == n && !memcmp(m->arena.p + e->off, k, n)) return (int64_t)s - 1;
+        if ((s & 0xFFFFFFFF00000000ULL) == tag) {
+            const tk_strmap_ent *e = &m->ents[(uint32_t)s - 1];
+            if (e->len == n && !memcmp(m->arena.p + e->off, k, n)) return (int64_t)(uint32_t)s - 1;
+        }
         i = (i + 1) & m->mask;
     }
 }
 
+int64_t tk_strmap_find(const tk_strmap *m, const char *k, size_t n) {
+    return m->mask ? strmap_find_h(m, k, n, tk_hash(k, n)) : -1;
+}
+
 int64_t tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t val) {
-    int64_t f = tk_strmap_find(m, k, n);
+    uint64_t h = tk_hash(k, n);
+    int64_t f = strmap_find_h(m, k, n, h);
     if (f >= 0) {
         m->ents[f].val = val;
         return f;
     }
-    if ((m->n + 1) * 2 > m->mask + 1 && strmap_grow(m)) return -1;
+    if ((m->n + 1) * 2 > m->mask + 1 && strmap_resize(m, m->mask ? (m->mask + 1) * 2 : 1024)) return -1;
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 256;
         tk_strmap_ent *e = realloc(m->ents, cap * sizeof *e);
@@ -122,9 +144,9 @@ int64_t tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t val) {
     e->off = off;
     e->len = (uint32_t)n;
     e->val = val;
-    size_t i = tk_hash(k, n) & m->mask;
+    size_t i = h & m->mask;
     while (m->slots[i]) i = (i + 1) & m->mask;
-    m->slots[i] = (uint32_t)(m->n + 1);
+    m->slots[i] = (h & 0xFFFFFFFF00000000ULL) | (uint64_t)(m->n + 1);
     return (int64_t)m->n++;
 }
 
@@ -167,6 +189,12 @@ static int u64map_grow(tk_u64map *m) {
     m->keys = keys;
     m->vals = vals;
     m->mask = nslots - 1;
+    return 0;
+}
+
+int tk_u64map_reserve(tk_u64map *m, size_t n) {
+    while ((m->mask ? m->mask + 1 : 0) < n * 2)
+        if (u64map_grow(m)) return -1;
     return 0;
 }
 
