@@ -558,6 +558,81 @@ int main(void) {
         unlink(file);
         free(file);
     }
+    /* invalid UTF-8 encodes as if each maximal invalid subpart were U+FFFD */
+    if (exists("../shared/data/tokenizers/qwen3/tokenizer.json")) {
+        gerbil_tokenizer_t tok;
+        if (gerbil_tokenizer_load("../shared/data/tokenizers/qwen3/tokenizer.json", &tok) == GERBIL_OK) {
+            const char bad[] = "a\xff\xe2\x82 b\xf0\x9f\xa6", good[] = "a\xef\xbf\xbd\xef\xbf\xbd b\xef\xbf\xbd";
+            int32_t *x, *y;
+            int nx, ny;
+            CHECK(gerbil_tokenize(tok, bad, sizeof bad - 1, 0, &x, &nx) == GERBIL_OK);
+            CHECK(gerbil_tokenize(tok, good, sizeof good - 1, 0, &y, &ny) == GERBIL_OK);
+            CHECK(ids_eq(x, nx, y, ny));
+            free(x);
+            free(y);
+            CHECK(gerbil_tokenize(tok, NULL, 0, 1, &x, &nx) == GERBIL_OK && nx == 0);
+            free(x);
+            gerbil_tokenizer_free(tok);
+        }
+    }
+
+    /* a folder: chat templates (named list, chat_template.jinja wins), bos/eos given as
+     * {"content": ...}, add_bos_token/add_eos_token rebuilding the post-processor */
+    {
+        char p1[128], p2[128], p3[128];
+        snprintf(p1, sizeof p1, "%s/tokenizer.json", tmpdir);
+        snprintf(p2, sizeof p2, "%s/tokenizer_config.json", tmpdir);
+        snprintf(p3, sizeof p3, "%s/chat_template.jinja", tmpdir);
+        char *src = read_file("tests/tokenizer/synth_unigram.json", NULL);
+        FILE *f = fopen(p1, "wb");
+        fputs(src, f);
+        fclose(f);
+        free(src);
+        f = fopen(p2, "wb");
+        fputs("{\"bos_token\": {\"content\": \"<s>\", \"__type\": \"AddedToken\"}, \"eos_token\": \"</s>\","
+              " \"add_bos_token\": false, \"add_eos_token\": true,"
+              " \"chat_template\": [{\"name\": \"default\", \"template\": \"D\"}, {\"name\": \"tool_use\", \"template\": \"T\"}]}", f);
+        fclose(f);
+        gerbil_tokenizer_t tok;
+        CHECK(gerbil_tokenizer_load(tmpdir, &tok) == GERBIL_OK);
+        if (tok) {
+            int32_t bos = gerbil_tokenizer_bos(tok), eos = gerbil_tokenizer_eos(tok);
+            CHECK(bos >= 0 && eos >= 0 && bos != eos);
+            const char *d = gerbil_tokenizer_chat_template(tok, NULL), *tu = gerbil_tokenizer_chat_template(tok, "tool_use");
+            CHECK(d && !strcmp(d, "D") && tu && !strcmp(tu, "T") && !gerbil_tokenizer_chat_template(tok, "nope"));
+            int32_t *x;
+            int nx;
+            CHECK(gerbil_tokenize(tok, "hello", 5, 1, &x, &nx) == GERBIL_OK && nx >= 2 && x[nx - 1] == eos && x[0] != bos);
+            free(x);
+            gerbil_tokenizer_free(tok);
+        }
+        f = fopen(p3, "wb");
+        fputs("{{ J }}", f);
+        fclose(f);
+        CHECK(gerbil_tokenizer_load(tmpdir, &tok) == GERBIL_OK);
+        if (tok) {
+            const char *d = gerbil_tokenizer_chat_template(tok, NULL);
+            CHECK(d && !strcmp(d, "{{ J }}") && gerbil_tokenizer_chat_template(tok, "tool_use"));
+            gerbil_tokenizer_free(tok);
+        }
+        /* truncated files fail cleanly wherever they are cut */
+        size_t n;
+        char *full = read_file("tests/tokenizer/synth_bpe.json", &n);
+        int clean = 1;
+        for (size_t cut = 0; cut < n; cut += 1 + cut / 3) {
+            f = fopen(p1, "wb");
+            fwrite(full, 1, cut, f);
+            fclose(f);
+            gerbil_status st = gerbil_tokenizer_load(p1, &tok);
+            if (st == GERBIL_OK) gerbil_tokenizer_free(tok);
+            clean &= st == GERBIL_ERR_FORMAT || st == GERBIL_ERR_IO;
+        }
+        CHECK(clean);
+        free(full);
+        unlink(p1);
+        unlink(p2);
+        unlink(p3);
+    }
     rmdir(tmpdir);
     cJSON_Delete(e);
     return test_done();
