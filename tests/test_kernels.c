@@ -169,9 +169,9 @@ int main(int argc, char **argv) {
                     check_matmul(pools[1], WTYPES[ti], N_TOK[c], N_IN[a], N_OUT[b]);
 
     /* Larger shapes: several KC panels, many tiles per thread, uneven thread splits,
-     * more tokens than one prefill pass (192). */
+     * more tokens than one prefill block (65536 / n_in, rounded down to a multiple of 3). */
     static const int BIG[][3] = {{1, 1024, 301}, {5, 1024, 301}, {33, 1000, 130}, {2, 3072, 37},
-                                 {1, 777, 1027}, {129, 65, 61}, {200, 40, 13}, {389, 300, 10}};
+                                 {1, 777, 1027}, {129, 65, 61}, {200, 40, 13}, {389, 300, 10}, {70, 1024, 21}};
     for (int ti = 0; ti < COUNT(WTYPES); ti++)
         for (int s = 0; s < COUNT(BIG); s++) {
             check_matmul(pools[2], WTYPES[ti], BIG[s][0], BIG[s][1], BIG[s][2]);

@@ -4,9 +4,10 @@
  *    bandwidth, so the job is to keep loads in flight: 4 rows at a time share each x
  *    load, each row has 2 accumulators (8 independent FMA chains), bf16/f16 is
  *    widened in registers on the fly, and the next 4 rows are prefetched.
- *  - prefill (n_tok > 1): bound by arithmetic. The weights are widened once per
- *    (4 rows x KC columns) panel into a small f32 buffer and reused by every token;
- *    a 4-row x 3-token register tile (12 accumulators) does 12 FMAs per 7 loads.
+ *  - prefill (n_tok > 1): bound by arithmetic once there are more than a few
+ *    tokens. A 4-row x 3-token register tile (12 accumulators) does 12 FMAs per 7
+ *    loads, widening weights in registers; weights stream as in decode, once per
+ *    block of tokens whose x fits in L2 (see gemm).
  *
  * Summation order, which the thread-count independence rests on: y[t][o] is
  *   sum over k-blocks of KC (in order) of
@@ -21,7 +22,6 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -140,59 +140,62 @@ static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in
 enum {
     TILE_R = 4,   /* weight rows per tile */
     TILE_T = 3,   /* tokens per tile: 4 x 3 accumulators + 3 x + 1 w = 16 ymm */
-    KC = 256,     /* columns per panel: the 4 KiB f32 panel stays in L1 */
-    TOK_BLOCK = 192, /* tokens per pass: the x slab (TOK_BLOCK x KC floats, 192 KiB)
-                        stays in L2 while every row panel sweeps it; each panel is
-                        widened once per pass, i.e. once per 192 tokens */
+    KC = 256,     /* columns per step down a row group: the 4-row slice (2 KiB of bf16)
+                     stays in L1 while every token tile of the block reuses it */
+    X_BLOCK_BYTES = 256 << 10, /* tokens per block: as many as keep their rows of x
+                                  (n_in floats each) within this, i.e. in L2 */
 };
 
-/* Widen rows [o, o + R) x columns [k0, k0 + kc) of w into wp[TILE_R][KC], with the
- * rows past R and the columns past kc (up to the next multiple of 8) zeroed, so the
- * tile kernel always runs 4 full rows and whole 8-column steps. */
-static ALWAYS_INLINE void pack_panel(float *wp, const void *w, size_t row_bytes, int o, int R,
-                                     int k0, int kc, enum gb_type t) {
-    int kc8 = (kc + 7) & ~7;
-    for (int r = 0; r < TILE_R; r++) {
-        float *dst = wp + (size_t)r * KC;
-        if (r >= R) { memset(dst, 0, (size_t)kc8 * sizeof(float)); continue; }
-        const char *row = (const char *)w + (size_t)(o + r) * row_bytes;
-        int k = 0;
-        for (; k + 8 <= kc; k += 8) _mm256_store_ps(dst + k, load8_w(row, (size_t)(k0 + k), t));
-        for (; k < kc; k++) dst[k] = load1_w(row, (size_t)(k0 + k), t);
-        for (; k < kc8; k++) dst[k] = 0.0f;
-    }
+/* 8 weights from element i of a row, the n < 8 present ones followed by zeros. */
+static ALWAYS_INLINE __m256 load_tail_w(const void *row, size_t i, int n, enum gb_type t) {
+    float v[8] = {0};
+    for (int j = 0; j < n; j++) v[j] = load1_w(row, i + (size_t)j, t);
+    return _mm256_loadu_ps(v);
 }
 
-/* T tokens (rows of x, stride ldx) x 4 panel rows over kc columns; stores R rows of
- * y (stride ldy), writing on the first panel and adding afterwards. */
-static ALWAYS_INLINE void tile(float *y, size_t ldy, const float *wp, const float *x, size_t ldx,
-                               int kc, int R, int T, int first) {
+/* T tokens (rows of x, stride ldx) x 4 weight rows (stride ldw bytes, from the current
+ * column) over kc columns; stores R rows of y (stride ldy), writing when first and
+ * adding otherwise. Weights are widened in registers: each one is converted once per
+ * token tile, which costs issue slots beside the FMAs but no extra memory traffic.
+ * pf, if not NULL, is the next row group at the same column, prefetched as we go.
+ * Rows past R repeat row R - 1 (valid memory); their sums are dropped. */
+static ALWAYS_INLINE void tile(float *y, size_t ldy, const char *w, size_t ldw, enum gb_type wt,
+                               const char *pf, const float *x, size_t ldx, int kc, int R, int T,
+                               int first) {
+    const char *wr[TILE_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE_R; r++) wr[r] = w + (size_t)(r < R ? r : R - 1) * ldw;
     __m256 acc[TILE_R][TILE_T];
 #pragma GCC unroll 12
     for (int r = 0; r < TILE_R; r++)
 #pragma GCC unroll 3
         for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    size_t esz = type_bytes(wt);
     int k = 0;
     for (; k + 8 <= kc; k += 8) {
+        if (pf && ((size_t)k * esz & 63) == 0) { /* once per cache line of each row */
+#pragma GCC unroll 4
+            for (int r = 0; r < TILE_R; r++) _mm_prefetch(pf + (size_t)r * ldw + (size_t)k * esz, _MM_HINT_T0);
+        }
         __m256 xv[TILE_T];
 #pragma GCC unroll 3
         for (int u = 0; u < T; u++) xv[u] = _mm256_loadu_ps(x + (size_t)u * ldx + k);
 #pragma GCC unroll 4
         for (int r = 0; r < TILE_R; r++) {
-            __m256 wv = _mm256_load_ps(wp + (size_t)r * KC + k);
+            __m256 wv = load8_w(wr[r], (size_t)k, wt);
 #pragma GCC unroll 3
             for (int u = 0; u < T; u++) acc[r][u] = _mm256_fmadd_ps(wv, xv[u], acc[r][u]);
         }
     }
     if (k < kc) {
-        /* Last partial step: x past kc is masked to 0 (and not read), the panel is 0. */
+        /* Ragged last step: x past kc is masked to 0 (and not read), w is 0 there. */
         __m256i m = mask_first(kc - k);
         __m256 xv[TILE_T];
 #pragma GCC unroll 3
         for (int u = 0; u < T; u++) xv[u] = _mm256_maskload_ps(x + (size_t)u * ldx + k, m);
 #pragma GCC unroll 4
         for (int r = 0; r < TILE_R; r++) {
-            __m256 wv = _mm256_load_ps(wp + (size_t)r * KC + k);
+            __m256 wv = load_tail_w(wr[r], (size_t)k, kc - k, wt);
 #pragma GCC unroll 3
             for (int u = 0; u < T; u++) acc[r][u] = _mm256_fmadd_ps(wv, xv[u], acc[r][u]);
         }
@@ -212,30 +215,39 @@ static ALWAYS_INLINE void tile(float *y, size_t ldy, const float *wp, const floa
     }
 }
 
+/* Loop order: token blocks (x block in L2) > groups of 4 rows > KC columns > token
+ * tiles. Each row group is read from start to end as 4 sequential streams with the
+ * next group prefetched, as in decode, so the weights come from DRAM at full speed
+ * once per token block; a KC slice is then reused from L1 by every token tile. (A
+ * KC-wide stripe down all rows per pass, with rows widened into an f32 panel, was
+ * measured slower: the stripe defeats the prefetchers.) */
 static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_tok, int n_in,
                                int n_out, int o_lo, int o_hi, enum gb_type t) {
-    _Alignas(32) float wp[TILE_R * KC];
-    size_t row_bytes = type_bytes(t) * (size_t)n_in;
-    for (int u0 = 0; u0 < n_tok; u0 += TOK_BLOCK) {
-        int u1 = n_tok - u0 < TOK_BLOCK ? n_tok : u0 + TOK_BLOCK;
-        for (int k0 = 0; k0 < n_in; k0 += KC) {
-            int kc = n_in - k0 < KC ? n_in - k0 : KC;
-            int first = k0 == 0;
-            for (int o = o_lo; o < o_hi; o += TILE_R) {
-                int R = o_hi - o < TILE_R ? o_hi - o : TILE_R;
-                pack_panel(wp, w, row_bytes, o, R, k0, kc, t);
+    size_t esz = type_bytes(t), row_bytes = esz * (size_t)n_in;
+    int tb = (int)(X_BLOCK_BYTES / (sizeof(float) * (size_t)n_in)) / TILE_T * TILE_T;
+    if (tb < TILE_T) tb = TILE_T;
+    for (int u0 = 0; u0 < n_tok; u0 += tb) {
+        int u1 = n_tok - u0 < tb ? n_tok : u0 + tb;
+        for (int o = o_lo; o < o_hi; o += TILE_R) {
+            int R = o_hi - o < TILE_R ? o_hi - o : TILE_R;
+            const char *rows = (const char *)w + (size_t)o * row_bytes;
+            const char *next = o + 2 * TILE_R <= o_hi ? rows + TILE_R * row_bytes : NULL;
+            for (int k0 = 0; k0 < n_in; k0 += KC) {
+                int kc = n_in - k0 < KC ? n_in - k0 : KC;
+                const char *wk = rows + (size_t)k0 * esz;
+                const char *pf = next ? next + (size_t)k0 * esz : NULL; /* first tile only */
                 const float *xk = x + k0;
                 float *yo = y + o;
                 int u = u0;
-                for (; u + TILE_T <= u1; u += TILE_T)
-                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                         kc, R, TILE_T, first);
+                for (; u + TILE_T <= u1; u += TILE_T, pf = NULL)
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wk, row_bytes, t, pf,
+                         xk + (size_t)u * n_in, (size_t)n_in, kc, R, TILE_T, k0 == 0);
                 if (u1 - u == 2)
-                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                         kc, R, 2, first);
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wk, row_bytes, t, pf,
+                         xk + (size_t)u * n_in, (size_t)n_in, kc, R, 2, k0 == 0);
                 else if (u1 - u == 1)
-                    tile(yo + (size_t)u * n_out, (size_t)n_out, wp, xk + (size_t)u * n_in, (size_t)n_in,
-                         kc, R, 1, first);
+                    tile(yo + (size_t)u * n_out, (size_t)n_out, wk, row_bytes, t, pf,
+                         xk + (size_t)u * n_in, (size_t)n_in, kc, R, 1, k0 == 0);
             }
         }
     }
