@@ -176,6 +176,7 @@ int tk_added_split(const tk_added *a, const tk_trie *t, uint64_t off, uint32_t n
         const tk_added_tok *tok = &a->v[best];
         size_t start = pos, stop = best_end;
         pos = best_end; /* a rejected match still consumes its bytes, as find_iter does */
+        if (tok->special && a->split_special) continue;
         if (tok->single_word) {
             int start_space = start == 0 || !tk_is_word(char_before(s, start));
             size_t j = stop;

@@ -48,6 +48,7 @@ uint64_t tk_hash(const void *s, size_t n);
 
 /* bytes -> int32. Keys are copied into an internal arena; entries keep insertion order. */
 typedef struct tk_strmap_ent {
+    uint64_t head;  /* the key's first 8 bytes, zero-padded: short keys compare here */
     uint64_t off;   /* into arena */
     uint32_t len;
     int32_t val;
@@ -263,6 +264,7 @@ typedef struct tk_added {
     tk_strmap by_content; /* content -> index */
     tk_u64map by_id;      /* id -> index */
     tk_trie raw, norm;    /* non-normalized / normalized tokens */
+    int split_special;    /* special tokens in the text are plain text (split_special_tokens) */
 } tk_added;
 void tk_added_free(tk_added *a);
 /* Register a token as HF's AddedVocabulary::add_tokens does (ids from the vocab when

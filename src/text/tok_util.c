@@ -103,16 +103,23 @@ int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes) {
     return tk_buf_reserve(&m->arena, key_bytes + n);
 }
 
+static inline uint64_t key_head(const char *k, size_t n) {
+    uint64_t h = 0;
+    memcpy(&h, k, n < 8 ? n : 8);
+    return h;
+}
+
 static inline int64_t strmap_find_h(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
     if (!m->mask) return -1;
     size_t i = h & m->mask;
-    uint64_t tag = h & 0xFFFFFFFF00000000ULL;
+    uint64_t tag = h & 0xFFFFFFFF00000000ULL, head = key_head(k, n);
     for (;;) {
         uint64_t s = m->slots[i];
         if (!s) return -1;
         if ((s & 0xFFFFFFFF00000000ULL) == tag) {
             const tk_strmap_ent *e = &m->ents[(uint32_t)s - 1];
-            if (e->len == n && !memcmp(m->arena.p + e->off, k, n)) return (int64_t)(uint32_t)s - 1;
+            if (e->len == n && e->head == head && (n <= 8 || !memcmp(m->arena.p + e->off + 8, k + 8, n - 8)))
+                return (int64_t)(uint32_t)s - 1;
         }
         i = (i + 1) & m->mask;
     }
@@ -141,6 +148,7 @@ int64_t tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t val) {
     uint64_t off = m->arena.n;
     if (tk_buf_put(&m->arena, k, n) || tk_buf_putc(&m->arena, 0)) return -1;
     tk_strmap_ent *e = &m->ents[m->n];
+    e->head = key_head(k, n);
     e->off = off;
     e->len = (uint32_t)n;
     e->val = val;

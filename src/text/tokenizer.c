@@ -167,6 +167,7 @@ static gerbil_status apply_config(struct gerbil_tokenizer *t, const cJSON *cfg, 
             }
             GB_TRY(tk_added_build_tries(&t->added));
         }
+        t->added.split_special = json_get_bool(cfg, "split_special_tokens", 0);
         int has_flags = json_has(cfg, "add_bos_token") || json_has(cfg, "add_eos_token");
         if (has_flags || !t->post) {
             int32_t b = json_get_bool(cfg, "add_bos_token", 0) ? token_to_id(t, bos) : -1;
