@@ -92,28 +92,55 @@ gerbil_status tk_bpe_build(tk_model *m, const cJSON *cfg, tk_rawvocab *rv, const
     tk_buf tmp = {0};
     gerbil_status st = GERBIL_OK;
     if (tk_u64map_reserve(&m->merges, rv->n_merges)) return GERBIL_ERR_NOMEM;
-    for (size_t i = 0; i < rv->n_merges; i++) {
-        const uint64_t *mm = rv->m_off + i * 4;
-        const char *a = rv->strs.p + mm[0], *b = rv->strs.p + mm[2];
-        size_t al = mm[1], bl = mm[3];
-        int32_t ia = tk_strmap_get(&m->vocab, a, al, -1), ib = tk_strmap_get(&m->vocab, b, bl, -1);
-        if (ia < 0 || ib < 0) {
-            st = err_set(GERBIL_ERR_FORMAT, "%s: merge %zu: token \"%.*s\" is not in the vocabulary", path, i,
-                         (int)(ia < 0 ? al : bl), ia < 0 ? a : b);
-            break;
-        }
-        /* the merged token drops the continuing prefix of its right half */
-        size_t skip = (m->prefix_len && bl >= m->prefix_len && !memcmp(b, m->prefix, m->prefix_len)) ? m->prefix_len : 0;
+    /* merges in chunks: the three vocabulary lookups of each (left, right, merged) go
+     * through one batched lookup */
+    enum { CHUNK = TK_BATCH / 3 };
+    const char *keys[TK_BATCH];
+    size_t lens[TK_BATCH], moff[CHUNK];
+    int64_t ent[TK_BATCH];
+    for (size_t i0 = 0; i0 < rv->n_merges && st == GERBIL_OK; i0 += CHUNK) {
+        size_t cnt = rv->n_merges - i0 < CHUNK ? rv->n_merges - i0 : CHUNK;
         tmp.n = 0;
-        if (tk_buf_put(&tmp, a, al) || tk_buf_put(&tmp, b + skip, bl - skip)) { st = GERBIL_ERR_NOMEM; break; }
-        int32_t inew = tk_strmap_get(&m->vocab, tmp.p, tmp.n, -1);
-        if (inew < 0) {
-            st = err_set(GERBIL_ERR_FORMAT, "%s: merge %zu: merged token \"%.*s\" is not in the vocabulary", path, i,
-                         (int)(tmp.n > 100 ? 100 : tmp.n), tmp.p);
-            break;
+        for (size_t c = 0; c < cnt; c++) {
+            const uint64_t *mm = rv->m_off + (i0 + c) * 4;
+            const char *b = rv->strs.p + mm[2];
+            size_t bl = mm[3];
+            /* the merged token drops the continuing prefix of its right half */
+            size_t skip = (m->prefix_len && bl >= m->prefix_len && !memcmp(b, m->prefix, m->prefix_len)) ? m->prefix_len : 0;
+            moff[c] = tmp.n;
+            if (tk_buf_put(&tmp, rv->strs.p + mm[0], mm[1]) || tk_buf_put(&tmp, b + skip, bl - skip)) {
+                st = GERBIL_ERR_NOMEM;
+                break;
+            }
         }
-        uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
-        if (tk_u64map_put(&m->merges, key, ((uint64_t)i << 32) | (uint32_t)inew)) { st = GERBIL_ERR_NOMEM; break; }
+        if (st) break;
+        for (size_t c = 0; c < cnt; c++) {
+            const uint64_t *mm = rv->m_off + (i0 + c) * 4;
+            keys[3 * c] = rv->strs.p + mm[0], lens[3 * c] = mm[1];
+            keys[3 * c + 1] = rv->strs.p + mm[2], lens[3 * c + 1] = mm[3];
+            keys[3 * c + 2] = tmp.p + moff[c];
+            lens[3 * c + 2] = (c + 1 < cnt ? moff[c + 1] : tmp.n) - moff[c];
+        }
+        tk_strmap_find_batch(&m->vocab, keys, lens, ent, 3 * cnt);
+        for (size_t c = 0; c < cnt; c++) {
+            size_t i = i0 + c;
+            int64_t ea = ent[3 * c], eb = ent[3 * c + 1], en = ent[3 * c + 2];
+            if (ea < 0 || eb < 0) {
+                int k = ea < 0 ? 0 : 1;
+                st = err_set(GERBIL_ERR_FORMAT, "%s: merge %zu: token \"%.*s\" is not in the vocabulary", path, i,
+                             (int)lens[3 * c + k], keys[3 * c + k]);
+                break;
+            }
+            if (en < 0) {
+                size_t l = lens[3 * c + 2];
+                st = err_set(GERBIL_ERR_FORMAT, "%s: merge %zu: merged token \"%.*s\" is not in the vocabulary", path, i,
+                             (int)(l > 100 ? 100 : l), keys[3 * c + 2]);
+                break;
+            }
+            int32_t ia = m->vocab.ents[ea].val, ib = m->vocab.ents[eb].val, inew = m->vocab.ents[en].val;
+            uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
+            if (tk_u64map_put(&m->merges, key, ((uint64_t)i << 32) | (uint32_t)inew)) { st = GERBIL_ERR_NOMEM; break; }
+        }
     }
     tk_buf_free(&tmp);
     if (st == GERBIL_OK && !(m->cache = cache_new())) st = GERBIL_ERR_NOMEM;

@@ -71,6 +71,9 @@ static inline int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n,
 static inline const char *tk_strmap_key(const tk_strmap *m, int64_t e) { return m->arena.p + m->ents[e].off; }
 void tk_strmap_free(tk_strmap *m);
 int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes); /* 0 ok */
+/* Many lookups at once (cnt <= TK_BATCH), overlapping their cache misses. */
+#define TK_BATCH 384
+void tk_strmap_find_batch(const tk_strmap *m, const char *const *k, const size_t *n, int64_t *out, size_t cnt);
 
 /* u64 -> u64 (keys != UINT64_MAX). */
 typedef struct tk_u64map {

@@ -125,6 +125,29 @@ static inline int64_t strmap_find_h(const tk_strmap *m, const char *k, size_t n,
     }
 }
 
+void tk_strmap_find_batch(const tk_strmap *m, const char *const *k, const size_t *n, int64_t *out, size_t cnt) {
+    /* Staged so the cache misses of many lookups overlap: slots, then entries, then
+     * the keys' tails in the arena are prefetched for the whole batch before use. */
+    uint64_t h[TK_BATCH];
+    if (!m->mask) {
+        for (size_t i = 0; i < cnt; i++) out[i] = -1;
+        return;
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        h[i] = tk_hash(k[i], n[i]);
+        __builtin_prefetch(&m->slots[h[i] & m->mask]);
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        uint64_t s = m->slots[h[i] & m->mask];
+        if (s) __builtin_prefetch(&m->ents[(uint32_t)s - 1]);
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        uint64_t s = m->slots[h[i] & m->mask];
+        if (s && n[i] > 8) __builtin_prefetch(m->arena.p + m->ents[(uint32_t)s - 1].off + 8);
+    }
+    for (size_t i = 0; i < cnt; i++) out[i] = strmap_find_h(m, k[i], n[i], h[i]);
+}
+
 int64_t tk_strmap_find(const tk_strmap *m, const char *k, size_t n) {
     return m->mask ? strmap_find_h(m, k, n, tk_hash(k, n)) : -1;
 }
