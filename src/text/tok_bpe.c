@@ -102,7 +102,7 @@ gerbil_status tk_bpe_build(tk_model *m, const cJSON *cfg, tk_rawvocab *rv, const
         size_t cnt = rv->n_merges - i0 < CHUNK ? rv->n_merges - i0 : CHUNK;
         tmp.n = 0;
         for (size_t c = 0; c < cnt; c++) {
-            const uint64_t *mm = rv->m_off + (i0 + c) * 4;
+            const uint32_t *mm = rv->m_off + (i0 + c) * 4;
             const char *b = rv->strs.p + mm[2];
             size_t bl = mm[3];
             /* the merged token drops the continuing prefix of its right half */
@@ -115,7 +115,7 @@ gerbil_status tk_bpe_build(tk_model *m, const cJSON *cfg, tk_rawvocab *rv, const
         }
         if (st) break;
         for (size_t c = 0; c < cnt; c++) {
-            const uint64_t *mm = rv->m_off + (i0 + c) * 4;
+            const uint32_t *mm = rv->m_off + (i0 + c) * 4;
             keys[3 * c] = rv->strs.p + mm[0], lens[3 * c] = mm[1];
             keys[3 * c + 1] = rv->strs.p + mm[2], lens[3 * c + 1] = mm[3];
             keys[3 * c + 2] = tmp.p + moff[c];

@@ -206,7 +206,7 @@ typedef struct tk_rawvocab {
     double *num;        /* id (dict) or score (list) */
     size_t n, cap;
     /* merges: pairs of strings */
-    uint64_t *m_off;    /* 4 per merge: a_off, a_len, b_off, b_len */
+    uint32_t *m_off;    /* 4 per merge: a_off, a_len, b_off, b_len (files < 4 GiB) */
     size_t n_merges, m_cap;
     int has_merges;
 } tk_rawvocab;

@@ -252,15 +252,16 @@ static int rv_push(tk_rawvocab *rv, uint64_t off, uint32_t len, double num) {
 }
 
 static int rv_merge(tk_rawvocab *rv, uint64_t a, uint64_t al, uint64_t b, uint64_t bl) {
+    if (b + bl > UINT32_MAX) return -1;
     if (rv->n_merges == rv->m_cap) {
         size_t cap = rv->m_cap ? rv->m_cap * 2 : 1024;
-        uint64_t *m = realloc(rv->m_off, cap * 4 * sizeof *m);
+        uint32_t *m = realloc(rv->m_off, cap * 4 * sizeof *m);
         if (!m) return -1;
         rv->m_off = m;
         rv->m_cap = cap;
     }
-    uint64_t *m = rv->m_off + rv->n_merges * 4;
-    m[0] = a, m[1] = al, m[2] = b, m[3] = bl;
+    uint32_t *m = rv->m_off + rv->n_merges * 4;
+    m[0] = (uint32_t)a, m[1] = (uint32_t)al, m[2] = (uint32_t)b, m[3] = (uint32_t)bl;
     rv->n_merges++;
     return 0;
 }
