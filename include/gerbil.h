@@ -37,6 +37,11 @@ typedef struct gerbil_session *gerbil_session_t; /* one sequence: KV cache + pos
 
 typedef struct gerbil_model_params {
     int n_threads;        /* <= 0: number of online CPUs */
+    int use_mmap;         /* 1: read weights in place from the file mapping; 0 (default):
+                             copy them into memory at load, which decodes faster */
+    /* Called while loading with bytes done of total (may be NULL). */
+    void (*progress)(void *user, const char *path, size_t done, size_t total);
+    void *progress_user;
 } gerbil_model_params;
 
 typedef struct gerbil_session_params {

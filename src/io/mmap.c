@@ -65,6 +65,24 @@ gerbil_status mapped_file_open(const char *path, struct mapped_file *out) {
     return GERBIL_OK;
 }
 
+gerbil_status mapped_file_copy_to_memory(struct mapped_file *mf, load_progress_fn progress, void *user) {
+    if (mf->anonymous || mf->size == 0) return GERBIL_OK;
+    void *copy = mmap(NULL, mf->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED)
+        return err_set(GERBIL_ERR_NOMEM, "%s: cannot allocate %zu bytes to load the file", mf->path, mf->size);
+    const size_t chunk = (size_t)64 << 20;
+    for (size_t off = 0; off < mf->size; off += chunk) {
+        size_t n = mf->size - off < chunk ? mf->size - off : chunk;
+        memcpy((char *)copy + off, (const char *)mf->data + off, n);
+        if (progress) progress(user, mf->path, off + n, mf->size);
+    }
+    mprotect(copy, mf->size, PROT_READ); /* weights are never written */
+    munmap((void *)mf->data, mf->size);
+    mf->data = copy;
+    mf->anonymous = 1;
+    return GERBIL_OK;
+}
+
 void mapped_file_close(struct mapped_file *mf) {
     if (!mf) return;
     if (mf->data) munmap((void *)mf->data, mf->size);

@@ -172,6 +172,10 @@ static int cmp_by_name(const void *a, const void *b) {
 }
 
 gerbil_status st_file_open(const char *path, struct st_file *out) {
+    return st_file_open_opts(path, NULL, out);
+}
+
+gerbil_status st_file_open_opts(const char *path, const struct st_load_opts *opts, struct st_file *out) {
     memset(out, 0, sizeof *out);
     struct st_file f = {0};
     cJSON *root = NULL;
@@ -179,6 +183,10 @@ gerbil_status st_file_open(const char *path, struct st_file *out) {
     gerbil_status s;
 
     GB_TRY(mapped_file_open(path, &f.map));
+    if (opts && opts->in_memory) {
+        s = mapped_file_copy_to_memory(&f.map, opts->progress, opts->user);
+        if (s != GERBIL_OK) { mapped_file_close(&f.map); return s; }
+    }
     const unsigned char *base = f.map.data;
     size_t size = f.map.size;
 
@@ -338,11 +346,12 @@ static int path_exists(const char *path) {
 }
 
 /* Open dir/names[i] for every i into ck->files (already allocated for n). */
-static gerbil_status open_files(const char *dir, char **names, int n, struct st_checkpoint *ck) {
+static gerbil_status open_files(const char *dir, char **names, int n, const struct st_load_opts *opts,
+                                struct st_checkpoint *ck) {
     for (int i = 0; i < n; i++) {
         char *p = path_join(dir, names[i]);
         if (!p) return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", dir);
-        gerbil_status s = st_file_open(p, &ck->files[ck->n_files]);
+        gerbil_status s = st_file_open_opts(p, opts, &ck->files[ck->n_files]);
         free(p);
         if (s != GERBIL_OK) return s;
         ck->n_files++;
@@ -364,7 +373,7 @@ static void free_names(char **names, int n) {
     free(names);
 }
 
-static gerbil_status open_sharded(const char *dir, const char *index_path,
+static gerbil_status open_sharded(const char *dir, const char *index_path, const struct st_load_opts *opts,
                                   struct st_checkpoint *ck) {
     cJSON *root = NULL;
     char **names = NULL;
@@ -413,7 +422,7 @@ static gerbil_status open_sharded(const char *dir, const char *index_path,
 
     ck->files = calloc((size_t)n_names, sizeof *ck->files);
     if (!ck->files) { s = err_set(GERBIL_ERR_NOMEM, "%s: out of memory", index_path); goto done; }
-    s = open_files(dir, names, n_names, ck);
+    s = open_files(dir, names, n_names, opts, ck);
     if (s != GERBIL_OK) goto done;
 
     /* The index is a promise about where each tensor lives; a broken promise means a
@@ -440,7 +449,7 @@ static int has_st_suffix(const char *name) {
     return n > k && strcmp(name + n - k, suffix) == 0;
 }
 
-static gerbil_status open_all_in_dir(const char *dir, struct st_checkpoint *ck) {
+static gerbil_status open_all_in_dir(const char *dir, const struct st_load_opts *opts, struct st_checkpoint *ck) {
     DIR *d = opendir(dir);
     if (!d) return err_set(GERBIL_ERR_IO, "%s: %s", dir, strerror(errno));
     char **names = NULL;
@@ -468,7 +477,7 @@ static gerbil_status open_all_in_dir(const char *dir, struct st_checkpoint *ck) 
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     ck->files = calloc((size_t)n, sizeof *ck->files);
     if (!ck->files) { s = err_set(GERBIL_ERR_NOMEM, "%s: out of memory", dir); goto done; }
-    s = open_files(dir, names, n, ck);
+    s = open_files(dir, names, n, opts, ck);
 
 done:
     closedir(d);
@@ -515,6 +524,10 @@ static gerbil_status check_unique(const struct st_checkpoint *ck) {
 }
 
 gerbil_status st_checkpoint_open(const char *dir, struct st_checkpoint *out) {
+    return st_checkpoint_open_opts(dir, NULL, out);
+}
+
+gerbil_status st_checkpoint_open_opts(const char *dir, const struct st_load_opts *opts, struct st_checkpoint *out) {
     memset(out, 0, sizeof *out);
     struct st_checkpoint ck = {0};
     gerbil_status s;
@@ -526,14 +539,14 @@ gerbil_status st_checkpoint_open(const char *dir, struct st_checkpoint *out) {
         goto done;
     }
     if (path_exists(index)) {
-        s = open_sharded(dir, index, &ck);
+        s = open_sharded(dir, index, opts, &ck);
     } else if (is_file(single)) {
         ck.files = calloc(1, sizeof *ck.files);
         if (!ck.files) { s = err_set(GERBIL_ERR_NOMEM, "%s: out of memory", dir); goto done; }
-        s = st_file_open(single, &ck.files[0]);
+        s = st_file_open_opts(single, opts, &ck.files[0]);
         if (s == GERBIL_OK) ck.n_files = 1;
     } else {
-        s = open_all_in_dir(dir, &ck);
+        s = open_all_in_dir(dir, opts, &ck);
     }
     if (s == GERBIL_OK) s = check_unique(&ck);
 

@@ -19,7 +19,15 @@ struct st_file {
     struct gb_tensor *tensors; /* [n_tensors], sorted by name; names owned here */
 };
 
+/* How to bring the bytes in: NULL opts = map the file in place. */
+struct st_load_opts {
+    int in_memory;               /* copy into anonymous memory (see mapped_file_copy_to_memory) */
+    load_progress_fn progress;   /* may be NULL */
+    void *user;
+};
+
 gerbil_status st_file_open(const char *path, struct st_file *out);
+gerbil_status st_file_open_opts(const char *path, const struct st_load_opts *opts, struct st_file *out);
 void st_file_close(struct st_file *f);
 /* NULL when absent. */
 const struct gb_tensor *st_file_find(const struct st_file *f, const char *name);
@@ -35,6 +43,7 @@ struct st_checkpoint {
  * both, every *.safetensors file in dir (sorted). A tensor name present in two
  * files is an error. */
 gerbil_status st_checkpoint_open(const char *dir, struct st_checkpoint *out);
+gerbil_status st_checkpoint_open_opts(const char *dir, const struct st_load_opts *opts, struct st_checkpoint *out);
 void st_checkpoint_close(struct st_checkpoint *ck);
 const struct gb_tensor *st_checkpoint_find(const struct st_checkpoint *ck, const char *name);
 /* Total tensors over all files; st_checkpoint_at(i) for 0 <= i < that. */

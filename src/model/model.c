@@ -25,7 +25,8 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
     if (!m) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     gerbil_status st = model_config_load(path, &m->cfg);
     if (st != GERBIL_OK) goto fail;
-    st = st_checkpoint_open(path, &m->ck);
+    struct st_load_opts lo = {.in_memory = !p.use_mmap, .progress = p.progress, .user = p.progress_user};
+    st = st_checkpoint_open_opts(path, &lo, &m->ck);
     if (st != GERBIL_OK) goto fail;
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }

@@ -12,6 +12,7 @@ struct cli_model_opts {
     int n_threads;
     int n_ctx;
     gerbil_kv_type kv_type;
+    int use_mmap;
 };
 
 /* Try to consume argv[*i] (and its value) as a common option. Returns 1 if consumed,

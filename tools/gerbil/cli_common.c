@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_fail(const char *what, gerbil_status st) {
     const char *msg = gerbil_last_error();
@@ -84,6 +85,10 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
         if (!(v = cli_value(argc, argv, i))) return -1;
         return cli_parse_int(a, v, 1, 1 << 24, &o->n_ctx) ? -1 : 1;
     }
+    if (!strcmp(a, "--mmap")) {
+        o->use_mmap = 1;
+        return 1;
+    }
     if (!strcmp(a, "--kv-type")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "f16")) o->kv_type = GERBIL_KV_F16;
@@ -102,7 +107,26 @@ void cli_print_model_opts_help(FILE *f) {
             "  -m, --model DIR      Hugging Face model folder (config.json + *.safetensors)\n"
             "  -t, --threads N      worker threads (default: all CPUs)\n"
             "  -c, --ctx-size N     context size in tokens (default: the model's, at most 4096)\n"
-            "      --kv-type T      KV cache type: f16 (default) or f32\n");
+            "      --kv-type T      KV cache type: f16 (default) or f32\n"
+            "      --mmap           read weights in place from the file mapping instead of\n"
+            "                       copying them into memory (less memory, slower decode)\n");
+}
+
+/* A progress line for loads of big files: redrawn in place on a terminal, a line per
+ * quarter otherwise. Small files load too fast to need one. */
+static void load_progress(void *user, const char *path, size_t done, size_t total) {
+    (void)user;
+    static int last_quarter = -1;
+    if (total < ((size_t)256 << 20)) return;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (isatty(2)) {
+        fprintf(stderr, "\rloading %s: %3.0f%% (%zu / %zu MiB)", name, 100.0 * done / total, done >> 20, total >> 20);
+        if (done == total) fputc('\n', stderr);
+    } else {
+        int q = (int)(4.0 * done / total);
+        if (q != last_quarter) fprintf(stderr, "loading %s: %d%%\n", name, q * 25);
+        last_quarter = done == total ? -1 : q;
+    }
 }
 
 int cli_open(const struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
@@ -112,6 +136,8 @@ int cli_open(const struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t
     }
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.use_mmap = o->use_mmap;
+    mp.progress = load_progress;
     gerbil_status st = gerbil_model_load(o->model, &mp, m);
     if (st != GERBIL_OK) return cli_fail("cannot load model", st);
     if (!s) return 0;
