@@ -307,6 +307,8 @@ gerbil_status tk_pretok_apply(const tk_pretok *p, tk_ctx *cx, tk_pieces *pcs) {
     }
     tk_pieces out = {.text = pcs->text};
     gerbil_status st = GERBIL_OK;
+    if (pcs->n && !(out.v = malloc(pcs->n * 2 * sizeof *out.v))) return GERBIL_ERR_NOMEM;
+    out.cap = pcs->n * 2;
     for (size_t i = 0; i < pcs->n && !st; i++) {
         tk_piece pc = pcs->v[i];
         if (pc.id >= 0) {

@@ -397,11 +397,15 @@ int tk_put_lower(tk_buf *out, uint32_t c) {
     return tk_buf_put_cp(out, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
 }
 
+static int normalize_chunk(const char *s, size_t n, utf8proc_option_t opt, tk_buf *out) {
+    utf8proc_uint8_t *dst = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
+    int rc = r < 0 ? tk_buf_put(out, s, n) /* cannot happen on valid UTF-8 */ : tk_buf_put(out, dst, (size_t)r);
+    free(dst);
+    return rc;
+}
+
 int tk_unicode_normalize(const char *s, size_t n, int form, tk_buf *out) {
-    /* ASCII is invariant under every form */
-    size_t i = 0;
-    while (i < n && (unsigned char)s[i] < 0x80) i++;
-    if (i == n) return tk_buf_put(out, s, n);
     utf8proc_option_t opt = UTF8PROC_STABLE;
     switch (form) {
     case TK_NFC: opt |= UTF8PROC_COMPOSE; break;
@@ -409,15 +413,24 @@ int tk_unicode_normalize(const char *s, size_t n, int form, tk_buf *out) {
     case TK_NFKC: opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
     default: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     }
-    utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
-    if (r < 0) {
-        free(dst);
-        return tk_buf_put(out, s, n); /* cannot happen on valid UTF-8 */
+    /* Every form leaves ASCII alone, and the boundary between two ASCII characters is
+     * safe (no composition pair starts or ends across it), so only the stretches around
+     * non-ASCII text go through utf8proc. */
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)s[j] < 0x80 && (j + 1 >= n || (unsigned char)s[j + 1] < 0x80)) j++;
+        if (j > i && tk_buf_put(out, s + i, j - i)) return -1;
+        if (j >= n) break;
+        /* s[j] is non-ASCII or an ASCII char followed by non-ASCII: run to the next safe boundary */
+        size_t k = j + 1;
+        while (k < n && !((unsigned char)s[k - 1] < 0x80 && (unsigned char)s[k] < 0x80)) k++;
+        if (k < n) k--; /* s[k-1], s[k] both ASCII: the chunk ends before s[k] */
+        if (k <= j) k = j + 1;
+        if (normalize_chunk(s + j, k - j, opt, out)) return -1;
+        i = k;
     }
-    int rc = tk_buf_put(out, dst, (size_t)r);
-    free(dst);
-    return rc;
+    return 0;
 }
 
 /* ---- regex ---- */
