@@ -78,10 +78,10 @@ gerbil_status gerbil_detok_push(gerbil_detok_t d, int32_t id, const char **piece
     GB_TRY(tk_ids_to_strs(d->t, &id, 1, d->skip_special, &d->strs));
     if (d->strs.n == 0) return GERBIL_OK;
     if (tk_ids_push(&d->win, id)) return err_set(GERBIL_ERR_NOMEM, "detokenizer: out of memory");
+    if (is_byte_tok(d, id)) return GERBIL_OK; /* the run may go on */
     GB_TRY(decode_win(d, 0, &d->text));
     const char *s = d->text.p ? d->text.p : "";
     size_t n = d->text.n;
-    if (is_byte_tok(d, id)) return GERBIL_OK;
     if (n >= 3 && !memcmp(s + n - 3, "\xEF\xBF\xBD", 3)) return GERBIL_OK;
     size_t from = d->emitted <= n ? d->emitted : n;
     GB_TRY(set_piece(d, s + from, n - from, piece, len));

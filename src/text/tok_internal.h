@@ -108,7 +108,6 @@ int tk_utf8_lossy(const char *s, size_t n, tk_buf *out);
 int tk_is_whitespace(uint32_t c);  /* Rust char::is_whitespace (White_Space) */
 int tk_is_word(uint32_t c);        /* Rust regex \w */
 int tk_is_numeric(uint32_t c);     /* Rust char::is_numeric (N*) */
-int tk_is_alphanumeric(uint32_t c);
 int tk_is_punct(uint32_t c);       /* ASCII punctuation or P* */
 int tk_is_mark(uint32_t c);        /* M* */
 int tk_is_mark_nonspacing(uint32_t c); /* Mn */
@@ -282,8 +281,7 @@ const tk_added_tok *tk_added_by_id(const tk_added *a, int32_t id);
 
 /* ---- post-processors ---- */
 typedef struct tk_post tk_post;
-gerbil_status tk_post_parse(const cJSON *j, const char *path, const tk_model *m, const tk_added *a,
-                            tk_post **out);
+gerbil_status tk_post_parse(const cJSON *j, const char *path, tk_post **out);
 void tk_post_free(tk_post *p);
 gerbil_status tk_post_apply(const tk_post *p, tk_ids *ids, int add_special);
 /* Build "bos $A eos" (transformers' update_post_processor); ids -1 = left out. */

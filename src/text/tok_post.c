@@ -78,9 +78,7 @@ static gerbil_status parse_template(tk_post *p, const cJSON *j, const char *path
     return GERBIL_OK;
 }
 
-gerbil_status tk_post_parse(const cJSON *j, const char *path, const tk_model *m, const tk_added *a, tk_post **out) {
-    (void)m;
-    (void)a;
+gerbil_status tk_post_parse(const cJSON *j, const char *path, tk_post **out) {
     *out = NULL;
     if (!j || cJSON_IsNull(j)) return GERBIL_OK;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(j, "type");
@@ -109,7 +107,7 @@ gerbil_status tk_post_parse(const cJSON *j, const char *path, const tk_model *m,
             const cJSON *it;
             cJSON_ArrayForEach(it, list) {
                 if (st) break;
-                st = tk_post_parse(it, path, m, a, &p->kids[p->n_kids]);
+                st = tk_post_parse(it, path, &p->kids[p->n_kids]);
                 if (p->kids[p->n_kids]) p->n_kids++;
             }
         }

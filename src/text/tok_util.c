@@ -344,18 +344,6 @@ int tk_is_numeric(uint32_t c) {
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
-static int is_alphabetic(uint32_t c) {
-    if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
-    int k = cat(c);
-    if (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) return 1;
-    if (k == UTF8PROC_CATEGORY_NL) return 1;
-    /* Other_Alphabetic outside the marks: circled / squared / negative letters */
-    return (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
-           (c >= 0x1F170 && c <= 0x1F189);
-}
-
-int tk_is_alphanumeric(uint32_t c) { return is_alphabetic(c) || tk_is_numeric(c); }
-
 int tk_is_word(uint32_t c) {
     if (c < 0x80) return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9') || c == '_';
     int k = cat(c);

@@ -223,7 +223,7 @@ static gerbil_status load(struct gerbil_tokenizer *t, const char *path) {
     tk_rawvocab_free(&rv);
     if (!st) st = tk_dec_parse(cJSON_GetObjectItemCaseSensitive(root, "decoder"), json, &t->decoder);
     if (!st) st = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &next_id, &cx);
-    if (!st) st = tk_post_parse(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), json, &t->model, &t->added, &t->post);
+    if (!st) st = tk_post_parse(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), json, &t->post);
     if (!st) st = tk_added_build_tries(&t->added);
     char *cfg_path = join_path(dir, "tokenizer_config.json");
     if (!st && file_exists(cfg_path)) st = json_load_file(cfg_path, &cfg);
