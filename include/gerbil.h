@@ -169,6 +169,21 @@ gerbil_status gerbil_detok_flush(gerbil_detok_t d, const char **piece, size_t *l
  * with a message naming the line and construct (or the exception's message). */
 gerbil_status gerbil_template_render(const char *template_src, const char *context_json, char **out);
 
+/* A model's chat template with the special tokens it is rendered with. */
+typedef struct gerbil_chat_template *gerbil_chat_template_t;
+/* From dir: chat_template.jinja (it wins, as in transformers), else tokenizer_config.json
+ * "chat_template" (a string, or a list of {"name", "template"}: "default" or the first);
+ * bos/eos/unk/pad tokens from tokenizer_config.json. template_file (may be NULL)
+ * replaces the template text. *out is NULL (and GERBIL_OK) when there is no template. */
+gerbil_status gerbil_chat_template_load(const char *dir, const char *template_file, gerbil_chat_template_t *out);
+void gerbil_chat_template_free(gerbil_chat_template_t t);
+/* Render as apply_chat_template(tokenize=False): messages_json is a JSON array,
+ * tools_json a JSON array or NULL; extra variables are NAME = JSON text pairs (they
+ * win over the built-in ones). *out is malloc'd. */
+gerbil_status gerbil_chat_template_apply(gerbil_chat_template_t t, const char *messages_json, const char *tools_json,
+                                         int add_generation_prompt, const char *const *var_names,
+                                         const char *const *var_values, int n_vars, char **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,75 +42,6 @@ static char *slurp(const char *path, size_t *len) {
     return p;
 }
 
-/* A growing string for the context JSON. */
-typedef struct { char *p; size_t n, cap; int oom; } buf;
-static void put(buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
-
-/* "key": <json text>, with the key JSON-escaped. */
-static void put_member(buf *b, const char *key, size_t klen, const char *json) {
-    cJSON *k = cJSON_CreateString("");
-    char *tmp = malloc(klen + 1);
-    if (!k || !tmp) { b->oom = 1; cJSON_Delete(k); free(tmp); return; }
-    memcpy(tmp, key, klen);
-    tmp[klen] = 0;
-    cJSON_SetValuestring(k, tmp);
-    char *ks = cJSON_PrintUnformatted(k);
-    puts_(b, b->n > 1 ? ", " : "");
-    if (ks) puts_(b, ks); else b->oom = 1;
-    puts_(b, ": ");
-    puts_(b, json);
-    free(ks);
-    free(tmp);
-    cJSON_Delete(k);
-}
-
-/* A special token from tokenizer_config.json: a string, or {"content": ...}; NULL if none. */
-static const char *special_token(const cJSON *cfg, const char *key) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (cJSON_IsString(t)) return t->valuestring;
-    if (cJSON_IsObject(t)) return json_get_str(t, "content", NULL);
-    return NULL;
-}
-
-/* The model's template: chat_template.jinja (it wins, as in transformers), else
- * tokenizer_config.json "chat_template" (a string, or [{"name", "template"}]: "default"
- * or the first). Returns malloc'd text or NULL with a message printed. */
-static char *model_template(const char *dir, const cJSON *cfg) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    char *t = slurp(path, NULL);
-    if (t) return t;
-    const cJSON *ct = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") : NULL;
-    if (cJSON_IsString(ct)) return strdup(ct->valuestring);
-    if (cJSON_IsArray(ct)) {
-        const cJSON *it, *first = NULL;
-        cJSON_ArrayForEach(it, ct) {
-            const char *name = json_get_str(it, "name", NULL), *tpl = json_get_str(it, "template", NULL);
-            if (!tpl) continue;
-            if (!first) first = it;
-            if (name && !strcmp(name, "default")) return strdup(tpl);
-        }
-        if (first) return strdup(json_get_str(first, "template", ""));
-    }
-    fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
-                    "in tokenizer_config.json); pass --template FILE\n", dir);
-    return NULL;
-}
-
 /* Read a JSON file, check it parses (and is an array when want_array), return its text. */
 static char *json_file(const char *what, const char *path, int want_array) {
     size_t n;
@@ -155,68 +86,37 @@ int cmd_template(int argc, char **argv) {
     if (!model && !tfile) { fprintf(stderr, "gerbil template: --model or --template is required\n"); return 2; }
 
     int rc = 1;
-    cJSON *cfg = NULL;
-    char *tpl = NULL, *msgs = NULL, *tls = NULL, *out = NULL;
-    buf ctx = {0};
-    if (model) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
-        FILE *probe = fopen(path, "rb");
-        if (probe) {
-            fclose(probe);
-            gerbil_status st = json_load_file(path, &cfg);
-            if (st != GERBIL_OK) { cli_fail("cannot read tokenizer_config.json", st); goto done; }
-        }
+    gerbil_chat_template_t ct = NULL;
+    char *msgs = NULL, *tls = NULL, *out = NULL;
+    const char *names[MAX_VARS], *values[MAX_VARS];
+    char name_buf[MAX_VARS][128];
+    gerbil_status st = gerbil_chat_template_load(model, tfile, &ct);
+    if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
+    if (!ct) {
+        fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
+                        "in tokenizer_config.json); pass --template FILE\n", model);
+        goto done;
     }
-    if (tfile) {
-        if (!(tpl = slurp(tfile, NULL))) { fprintf(stderr, "gerbil template: cannot read %s\n", tfile); goto done; }
-    } else if (!(tpl = model_template(model, cfg))) goto done;
     if (!(msgs = json_file("messages", messages, 1))) goto done;
     if (tools && !(tls = json_file("tools", tools, 1))) goto done;
-
-    /* the variables apply_chat_template passes: messages, tools, documents,
-     * add_generation_prompt, the special tokens, then the extra kwargs (which win) */
-    puts_(&ctx, "{");
-    put_member(&ctx, "messages", 8, msgs);
-    put_member(&ctx, "tools", 5, tls ? tls : "null");
-    put_member(&ctx, "documents", 9, "null");
-    put_member(&ctx, "add_generation_prompt", 21, agp ? "true" : "false");
-    static const char *specials[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
-    for (int k = 0; k < 4 && cfg; k++) {
-        const char *tok = special_token(cfg, specials[k]);
-        if (!tok) continue;
-        cJSON *s = cJSON_CreateString(tok);
-        char *js = s ? cJSON_PrintUnformatted(s) : NULL;
-        if (js) put_member(&ctx, specials[k], strlen(specials[k]), js); else ctx.oom = 1;
-        free(js);
-        cJSON_Delete(s);
-    }
     for (int k = 0; k < nvars; k++) {
         const char *eq = strchr(vars[k], '=');
-        cJSON *v;
-        char what[256];
-        snprintf(what, sizeof what, "--var %.*s", (int)(eq - vars[k]), vars[k]);
-        gerbil_status st = json_parse(eq + 1, strlen(eq + 1), what, &v);
-        if (st != GERBIL_OK) { cli_fail("bad --var value (it is JSON: strings need quotes)", st); goto done; }
-        cJSON_Delete(v);
-        put_member(&ctx, vars[k], (size_t)(eq - vars[k]), eq + 1);
+        snprintf(name_buf[k], sizeof name_buf[k], "%.*s", (int)(eq - vars[k]), vars[k]);
+        names[k] = name_buf[k];
+        values[k] = eq + 1;
     }
-    puts_(&ctx, "}");
-    if (ctx.oom) { fprintf(stderr, "gerbil template: out of memory\n"); goto done; }
-
-    gerbil_status st = gerbil_template_render(tpl, ctx.p, &out);
+    st = gerbil_chat_template_apply(ct, msgs, tls, agp, names, values, nvars, &out);
     if (st != GERBIL_OK) {
-        cli_fail(st == GERBIL_ERR_INVALID_ARG ? "the template raised an exception" : "template error", st);
+        cli_fail(st == GERBIL_ERR_INVALID_ARG && !strstr(gerbil_last_error(), "template variable")
+                     ? "the template raised an exception" : "template error", st);
         goto done;
     }
     fwrite(out, 1, strlen(out), stdout);
     rc = fflush(stdout) ? 1 : 0;
 done:
     free(out);
-    free(ctx.p);
     free(tls);
     free(msgs);
-    free(tpl);
-    cJSON_Delete(cfg);
+    gerbil_chat_template_free(ct);
     return rc;
 }
