@@ -70,6 +70,9 @@ gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_para
 void gerbil_session_free(gerbil_session_t s);
 /* Forget all tokens (position back to 0). */
 void gerbil_session_reset(gerbil_session_t s);
+/* Keep only the first n tokens (n <= n_past), e.g. the prefix a new chat turn shares
+ * with the conversation so far. */
+void gerbil_session_truncate(gerbil_session_t s, int n);
 int gerbil_session_n_past(gerbil_session_t s);
 int gerbil_session_n_ctx(gerbil_session_t s);
 

@@ -169,6 +169,9 @@ void gerbil_session_free(gerbil_session_t s) {
 }
 
 void gerbil_session_reset(gerbil_session_t s) { s->n_past = 0; }
+void gerbil_session_truncate(gerbil_session_t s, int n) {
+    if (n >= 0 && n < s->n_past) s->n_past = n;
+}
 int gerbil_session_n_past(gerbil_session_t s) { return s->n_past; }
 int gerbil_session_n_ctx(gerbil_session_t s) { return s->n_ctx; }
 
