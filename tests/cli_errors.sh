@@ -30,7 +30,7 @@ expect_ok() {
 
 # --help everywhere
 expect_ok "help" "usage: gerbil COMMAND" "$G" --help
-for c in run logits info bench; do expect_ok "$c --help" "usage: gerbil $c" "$G" $c --help; done
+for c in run chat logits info bench tokenize template; do expect_ok "$c --help" "usage: gerbil $c" "$G" $c --help; done
 expect_fail "no command" "usage" "$G"
 expect_fail "unknown command" 'unknown command "frobnicate"' "$G" frobnicate
 expect_fail "unknown flag" 'unknown option "--frob"' "$G" run --model $FX/llama-f32 --ids 1 --frob
@@ -43,7 +43,7 @@ expect_fail "ids malformed" "--ids: expected comma-separated integers" "$G" logi
 expect_fail "ids missing" "--ids is required" "$G" logits --model $M
 expect_fail "temperature" "--temperature: expected a number" "$G" run --model $M --ids 1 --temperature hot
 expect_fail "negative temperature" "temperature must be >= 0" "$G" run --model $M --ids 1 --temperature -1
-expect_fail "text prompt before tokenizer" "token ids with --ids" "$G" run --model $M "Why is the sky blue?"
+expect_fail "text prompt without tokenizer" "has no tokenizer.json" "$G" run --model $M "Why is the sky blue?"
 
 # bad ids and context
 expect_fail "id outside vocab" "token id 300 at position 1 is outside the vocabulary \[0, 256\)" \

@@ -1,14 +1,21 @@
-/* gerbil run --model DIR --ids 1,17,300 [--max-tokens N] [sampling] [--json] */
+/* gerbil run --model DIR ("prompt" | - | --ids 1,17,300) [options] */
 #include "cli.h"
+#include "textgen.h"
 
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil run --model DIR --ids 1,17,300 [options]\n\n"
-               "Generates tokens after the prompt ids and prints them as they come (ids separated\n"
-               "by spaces), or one JSON object with --json.\n\noptions:\n"
+    fprintf(f, "usage: gerbil run --model DIR [\"prompt\" | - | --ids 1,17,300] [options]\n\n"
+               "Generates text after a prompt and streams it to stdout. A text prompt goes through the\n"
+               "model's chat template when it has one (as a user message) and its tokenizer; '-' reads\n"
+               "the prompt from stdin. With --ids the prompt is token ids and the output is ids.\n\noptions:\n"
                "      --ids LIST            prompt as comma-separated token ids\n"
+               "      --raw                 send the text as is (no chat template; BOS as the tokenizer adds it)\n"
+               "      --system TEXT         system message for the chat template\n"
+               "      --think, --no-think   set the template's enable_thinking (where it supports it)\n"
+               "      --stop STR            stop when the text contains STR (repeatable; cut from the output)\n"
                "  -n, --max-tokens N        tokens to generate (default 512)\n"
                "      --temperature T       0 = greedy (default 0.7)\n"
                "      --top-k K             keep the K most likely (default 50; 0 = off)\n"
@@ -17,39 +24,53 @@ static void help(FILE *f) {
                "      --repeat-penalty R    CTRL-style repetition penalty (default 1.0 = off)\n"
                "      --seed S              sampling seed (default 0); same seed, same tokens\n"
                "      --ignore-eos          do not stop at end-of-sequence ids\n"
-               "      --json                print {\"token_ids\": [...], \"timings\": {...}, ...}\n");
+               "      --json                print one object: {\"text\", \"token_ids\", \"timings\", ...}\n");
     cli_print_model_opts_help(f);
 }
 
-struct stream {
-    int json;
-    int n;
-};
-
-static int on_token(void *user, int32_t id) {
-    struct stream *st = user;
-    if (!st->json) {
-        printf(st->n++ ? " %d" : "%d", (int)id);
-        fflush(stdout);
+static char *read_stdin(void) {
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - n - 1, stdin);
+        if (feof(stdin) || ferror(stdin)) break;
+        char *q = realloc(p, cap * 2);
+        if (!q) { free(p); return NULL; }
+        p = q;
+        cap *= 2;
     }
-    return 0;
+    if (p) p[n] = 0;
+    return p;
 }
 
-static const char *stop_name(gerbil_stop_reason r) {
-    switch (r) {
-    case GERBIL_STOP_EOS: return "eos";
-    case GERBIL_STOP_CONTEXT: return "context";
-    case GERBIL_STOP_CALLBACK: return "stopped";
-    default: return "max_tokens";
+static void print_json(const struct textgen *tg, const int32_t *prompt, int n_prompt, const struct textgen_out *o) {
+    const gerbil_generate_result *r = &o->res;
+    double pp = r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0;
+    double tgs = r->n_generated > 1 && r->gen_s > 0 ? (r->n_generated - 1) / r->gen_s : 0;
+    printf("{");
+    if (tg->tok) {
+        cJSON *s = cJSON_CreateString(o->text);
+        char *js = s ? cJSON_PrintUnformatted(s) : NULL;
+        printf("\"text\": %s, ", js ? js : "\"\"");
+        free(js);
+        cJSON_Delete(s);
     }
+    printf("\"prompt_ids\": [");
+    for (int i = 0; i < n_prompt; i++) printf(i ? ", %d" : "%d", (int)prompt[i]);
+    printf("], \"token_ids\": [");
+    for (int i = 0; i < o->n_ids; i++) printf(i ? ", %d" : "%d", (int)o->ids[i]);
+    printf("], \"n_prompt\": %d, \"n_generated\": %d, \"stop_reason\": \"%s\", "
+           "\"timings\": {\"prompt_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
+           "\"gen_ms\": %.3f, \"gen_tokens_per_s\": %.3f}}\n",
+           r->n_prompt, r->n_generated, textgen_stop_name(o), r->prompt_s * 1e3, pp, r->gen_s * 1e3, tgs);
 }
+
 
 int cmd_run(int argc, char **argv) {
     struct cli_model_opts o = {0};
-    gerbil_sampler_params sp = gerbil_sampler_default_params();
-    gerbil_generate_params gp = gerbil_generate_default_params();
-    const char *ids_arg = NULL, *text = NULL, *v = NULL;
-    int json = 0;
+    struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
+    const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL;
+    int json = 0, raw = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -57,10 +78,17 @@ int cmd_run(int argc, char **argv) {
         if (r) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
-        if (!strcmp(a, "--ignore-eos")) { gp.ignore_eos = 1; continue; }
+        if (!strcmp(a, "--raw")) { raw = 1; continue; }
+        if (!strcmp(a, "--ignore-eos")) { tg.gen.ignore_eos = 1; continue; }
+        if (!strcmp(a, "--think") || !strcmp(a, "--no-think")) {
+            tg.var_names[0] = "enable_thinking";
+            tg.var_values[0] = !strcmp(a, "--think") ? "true" : "false";
+            tg.n_vars = 1;
+            continue;
+        }
         static const char *value_flags[] = {"--ids", "--max-tokens", "-n", "--temperature", "--temp", "--top-k",
                                             "--top-p", "--min-p", "--repeat-penalty", "--repetition-penalty",
-                                            "--seed"};
+                                            "--seed", "--system", "--stop"};
         int takes_value = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) takes_value |= !strcmp(a, value_flags[k]);
         if (a[0] == '-' && a[1] && !takes_value) {
@@ -70,70 +98,87 @@ int cmd_run(int argc, char **argv) {
         }
         if (takes_value && !(v = cli_value(argc, argv, &i))) return 2;
         int bad = 0;
+        gerbil_sampler_params *sp = &tg.sampling;
         if (!strcmp(a, "--ids")) ids_arg = v;
-        else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 0, 1 << 24, &gp.max_tokens);
-        else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) bad = cli_parse_float(a, v, &sp.temperature);
-        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, v, 0, 1 << 30, &sp.top_k);
-        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp.top_p);
-        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp.min_p);
+        else if (!strcmp(a, "--system")) system = v;
+        else if (!strcmp(a, "--stop")) {
+            if (tg.n_stops == TEXTGEN_MAX_STOPS) { fprintf(stderr, "gerbil run: at most %d --stop\n", TEXTGEN_MAX_STOPS); return 2; }
+            tg.stops[tg.n_stops++] = v;
+        } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 0, 1 << 24, &tg.gen.max_tokens);
+        else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) bad = cli_parse_float(a, v, &sp->temperature);
+        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, v, 0, 1 << 30, &sp->top_k);
+        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp->top_p);
+        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp->min_p);
         else if (!strcmp(a, "--repeat-penalty") || !strcmp(a, "--repetition-penalty"))
-            bad = cli_parse_float(a, v, &sp.repetition_penalty);
+            bad = cli_parse_float(a, v, &sp->repetition_penalty);
         else if (!strcmp(a, "--seed")) {
             char *end;
             unsigned long long s = strtoull(v, &end, 10);
             if (end == v || *end) { fprintf(stderr, "gerbil run: --seed: expected an integer, got \"%s\"\n", v); return 2; }
-            sp.seed = s;
+            sp->seed = s;
         } else {
             if (text) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
             text = a;
         }
         if (bad) return 2;
     }
-    if (text) {
-        fprintf(stderr, "gerbil run: text prompts need the model's tokenizer, which this build does not "
-                        "support yet; pass the prompt as token ids with --ids\n");
-        return 2;
-    }
-    if (!ids_arg) { fprintf(stderr, "gerbil run: no prompt (use --ids 1,17,300)\n"); return 2; }
-    int32_t *ids;
-    int n;
-    if (cli_parse_ids(ids_arg, &ids, &n)) return 2;
+    if (!ids_arg && !text) { fprintf(stderr, "gerbil run: no prompt (give text, '-' for stdin, or --ids 1,17,300)\n"); return 2; }
+    if (ids_arg && text) { fprintf(stderr, "gerbil run: give either a text prompt or --ids, not both\n"); return 2; }
 
-    gerbil_model_t m;
-    gerbil_session_t s;
-    if (cli_open(&o, &m, &s)) { free(ids); return 1; }
-    gerbil_sampler_t sampler = NULL;
-    int32_t *out = malloc(((size_t)gp.max_tokens + 1) * sizeof *out);
-    gerbil_status st = out ? gerbil_sampler_new(&sp, gerbil_model_n_vocab(m), &sampler) : GERBIL_ERR_NOMEM;
-    struct stream stream = {.json = json};
-    gp.on_token = on_token;
-    gp.user = &stream;
-    gerbil_generate_result res = {0};
-    if (st == GERBIL_OK) st = gerbil_generate(s, sampler, ids, n, &gp, out, &res);
-    int rc = 0;
-    double pp = res.prompt_s > 0 ? res.n_prompt / res.prompt_s : 0;
-    double tg = res.n_generated > 1 && res.gen_s > 0 ? (res.n_generated - 1) / res.gen_s : 0;
-    if (st != GERBIL_OK) {
-        if (!json && stream.n) printf("\n");
-        rc = cli_fail("generation failed", st);
-    } else if (json) {
-        printf("{\"prompt_ids\": [");
-        for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", (int)ids[i]);
-        printf("], \"token_ids\": [");
-        for (int i = 0; i < res.n_generated; i++) printf(i ? ", %d" : "%d", (int)out[i]);
-        printf("], \"n_prompt\": %d, \"n_generated\": %d, \"stop_reason\": \"%s\", "
-               "\"timings\": {\"prompt_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
-               "\"gen_ms\": %.3f, \"gen_tokens_per_s\": %.3f}}\n",
-               res.n_prompt, res.n_generated, stop_name(res.stop), res.prompt_s * 1e3, pp, res.gen_s * 1e3, tg);
-    } else {
-        printf("\n");
-        fprintf(stderr, "[prompt: %d tokens, %.2f tok/s | generated: %d tokens, %.2f tok/s | stop: %s]\n",
-                res.n_prompt, pp, res.n_generated, tg, stop_name(res.stop));
+    int32_t *prompt = NULL;
+    int n_prompt = 0, rc = 1;
+    char *stdin_text = NULL, *messages = NULL;
+    struct textgen_out out = {0};
+    if (ids_arg && cli_parse_ids(ids_arg, &prompt, &n_prompt)) return 2;
+    if (cli_open(&o, &tg.model, &tg.session)) { free(prompt); return 1; }
+    if (textgen_load_text(&tg, o.model)) goto done;
+    if (text) {
+        if (!tg.tok) {
+            fprintf(stderr, "gerbil run: %s has no tokenizer.json, so text prompts cannot be encoded; "
+                            "pass token ids with --ids\n", o.model);
+            goto done;
+        }
+        if (!strcmp(text, "-")) {
+            if (!(text = stdin_text = read_stdin())) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+        }
+        if (tg.tmpl && !raw) {
+            if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;
+            if (!(messages = textgen_messages_add(messages, "user", text))) goto oom;
+            if (textgen_render(&tg, messages, &prompt, &n_prompt)) goto done;
+        } else {
+            if (system) fprintf(stderr, "gerbil run: --system ignored: %s\n",
+                                raw ? "--raw sends the text as is" : "the model has no chat template");
+            gerbil_status s = gerbil_tokenize(tg.tok, text, strlen(text), 1, &prompt, &n_prompt);
+            if (s != GERBIL_OK) { cli_fail("tokenize", s); goto done; }
+        }
+        if (n_prompt == 0) { fprintf(stderr, "gerbil run: the prompt encodes to no tokens\n"); goto done; }
     }
-    gerbil_sampler_free(sampler);
-    free(out);
-    free(ids);
-    gerbil_session_free(s);
-    gerbil_model_free(m);
+    /* Text prompts stream text; --ids prompts keep printing ids (the parity contract). */
+    FILE *stream = json || ids_arg ? NULL : stdout;
+    if (textgen_run(&tg, prompt, n_prompt, stream, &out)) goto done;
+    const gerbil_generate_result *r = &out.res;
+    if (json) {
+        print_json(&tg, prompt, n_prompt, &out);
+    } else {
+        if (ids_arg)
+            for (int i = 0; i < out.n_ids; i++) printf(i ? " %d" : "%d", (int)out.ids[i]);
+        printf("\n");
+        fprintf(stderr, "[prompt: %d tokens, %.2f tok/s | generated: %d tokens, %.2f tok/s | stop: %s]\n", r->n_prompt,
+                r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0, r->n_generated,
+                r->n_generated > 1 && r->gen_s > 0 ? (r->n_generated - 1) / r->gen_s : 0, textgen_stop_name(&out));
+    }
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "gerbil run: out of memory\n");
+done:
+    textgen_out_free(&out);
+    free(messages);
+    free(stdin_text);
+    free(prompt);
+    gerbil_chat_template_free(tg.tmpl);
+    gerbil_tokenizer_free(tg.tok);
+    gerbil_session_free(tg.session);
+    gerbil_model_free(tg.model);
     return rc;
 }

@@ -10,7 +10,8 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
-    {"run", cmd_run, "generate tokens from a prompt"},
+    {"run", cmd_run, "generate text (or ids) from a prompt"},
+    {"chat", cmd_chat, "an interactive conversation through the chat template"},
     {"logits", cmd_logits, "print the logits of a prompt as JSON"},
     {"info", cmd_info, "describe a model: architecture, parameters, dtypes, memory"},
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},

@@ -1,0 +1,159 @@
+#include "textgen.h"
+#include "cli.h"
+#include "gen/stop.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int textgen_load_text(struct textgen *tg, const char *dir) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (stat(path, &st) != 0) return 0;
+    gerbil_status s = gerbil_tokenizer_load(dir, &tg->tok);
+    if (s != GERBIL_OK) return cli_fail("cannot load the tokenizer", s);
+    s = gerbil_chat_template_load(dir, NULL, &tg->tmpl);
+    if (s != GERBIL_OK) return cli_fail("cannot load the chat template", s);
+    return 0;
+}
+
+char *textgen_messages_add(char *messages_json, const char *role, const char *content) {
+    cJSON *arr = messages_json ? cJSON_Parse(messages_json) : cJSON_CreateArray();
+    cJSON *msg = cJSON_CreateObject();
+    char *out = NULL;
+    if (arr && msg && cJSON_AddStringToObject(msg, "role", role) && cJSON_AddStringToObject(msg, "content", content)) {
+        cJSON_AddItemToArray(arr, msg);
+        msg = NULL;
+        out = cJSON_PrintUnformatted(arr);
+    }
+    cJSON_Delete(msg);
+    cJSON_Delete(arr);
+    free(messages_json);
+    return out;
+}
+
+int textgen_render(struct textgen *tg, const char *messages_json, int32_t **ids, int *n) {
+    char *prompt = NULL;
+    gerbil_status s = gerbil_chat_template_apply(tg->tmpl, messages_json, NULL, 1, tg->var_names, tg->var_values,
+                                                 tg->n_vars, &prompt);
+    if (s != GERBIL_OK) return cli_fail("chat template", s);
+    /* the template writes the special tokens itself, as apply_chat_template(tokenize=True) */
+    s = gerbil_tokenize(tg->tok, prompt, strlen(prompt), 0, ids, n);
+    free(prompt);
+    if (s != GERBIL_OK) return cli_fail("tokenize", s);
+    return 0;
+}
+
+struct stream_ctx {
+    struct textgen *tg;
+    gerbil_detok_t detok;
+    struct stop_matcher stop;
+    FILE *stream;
+    char *text;
+    size_t len, cap;
+    int stopped, oom;
+};
+
+static void emit(struct stream_ctx *c, const char *p, size_t n) {
+    if (!n) return;
+    if (c->stream) {
+        fwrite(p, 1, n, c->stream);
+        fflush(c->stream);
+    }
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4096;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) { c->oom = 1; return; }
+        c->text = t;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, p, n);
+    c->len += n;
+    c->text[c->len] = 0;
+}
+
+/* Text through the stop matcher; returns 1 once a stop string matched. */
+static int feed(struct stream_ctx *c, const char *p, size_t n) {
+    const char *e;
+    size_t ne;
+    int hit = stop_feed(&c->stop, p, n, &e, &ne);
+    emit(c, e, ne);
+    if (hit) c->stopped = 1;
+    return hit;
+}
+
+static int on_token(void *user, int32_t id) {
+    struct stream_ctx *c = user;
+    if (c->tg->interrupted && *c->tg->interrupted) return 1;
+    if (!c->detok) return 0;
+    const char *piece;
+    size_t n;
+    if (gerbil_detok_push(c->detok, id, &piece, &n) != GERBIL_OK) return 0;
+    return feed(c, piece, n);
+}
+
+int textgen_run(struct textgen *tg, const int32_t *prompt, int n_prompt, FILE *stream, struct textgen_out *out) {
+    memset(out, 0, sizeof *out);
+    struct stream_ctx c = {.tg = tg, .stream = stream};
+    gerbil_sampler_t sampler = NULL;
+    int rc = 1;
+    if (stop_init(&c.stop, tg->stops, tg->n_stops)) { fprintf(stderr, "gerbil: out of memory\n"); return 1; }
+    gerbil_status s = GERBIL_OK;
+    if (tg->tok) s = gerbil_detok_new(tg->tok, 1, &c.detok);
+    if (s == GERBIL_OK) s = gerbil_sampler_new(&tg->sampling, gerbil_model_n_vocab(tg->model), &sampler);
+    out->ids = malloc(((size_t)tg->gen.max_tokens + 1) * sizeof *out->ids);
+    if (s != GERBIL_OK || !out->ids) {
+        cli_fail("cannot start generation", s != GERBIL_OK ? s : GERBIL_ERR_NOMEM);
+        goto done;
+    }
+    gerbil_generate_params gp = tg->gen;
+    gp.on_token = on_token;
+    gp.user = &c;
+    s = gerbil_generate(tg->session, sampler, prompt, n_prompt, &gp, out->ids, &out->res);
+    out->n_ids = out->res.n_generated;
+    if (s != GERBIL_OK) {
+        if (stream && c.len) fputc('\n', stream);
+        cli_fail("generation failed", s);
+        goto done;
+    }
+    if (!c.stopped && c.detok) {
+        const char *piece;
+        size_t n;
+        if (gerbil_detok_flush(c.detok, &piece, &n) == GERBIL_OK) feed(&c, piece, n);
+    }
+    if (!c.stopped) {
+        const char *e;
+        size_t ne;
+        stop_flush(&c.stop, &e, &ne);
+        emit(&c, e, ne);
+    }
+    if (c.oom) { fprintf(stderr, "gerbil: out of memory\n"); goto done; }
+    rc = 0;
+done:
+    out->text = c.text ? c.text : strdup("");
+    out->text_len = c.len;
+    out->stop_string = c.stopped;
+    stop_free(&c.stop);
+    gerbil_detok_free(c.detok);
+    gerbil_sampler_free(sampler);
+    return rc;
+}
+
+void textgen_out_free(struct textgen_out *out) {
+    free(out->text);
+    free(out->ids);
+    memset(out, 0, sizeof *out);
+}
+
+const char *textgen_stop_name(const struct textgen_out *out) {
+    if (out->stop_string) return "stop_string";
+    switch (out->res.stop) {
+    case GERBIL_STOP_EOS: return "eos";
+    case GERBIL_STOP_CONTEXT: return "context";
+    case GERBIL_STOP_CALLBACK: return "interrupted";
+    default: return "max_tokens";
+    }
+}
