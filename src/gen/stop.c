@@ -40,7 +40,7 @@ static size_t held_suffix(const struct stop_matcher *m, const char *buf, size_t 
 int stop_feed(struct stop_matcher *m, const char *text, size_t len, const char **emit, size_t *n_emit) {
     if (m->n == 0) { *emit = text; *n_emit = len; return 0; }
     /* drop what was handed out last time */
-    memmove(m->buf, m->buf + m->n_emit, m->n_buf - m->n_emit);
+    if (m->n_emit) memmove(m->buf, m->buf + m->n_emit, m->n_buf - m->n_emit);
     m->n_buf -= m->n_emit;
     m->n_emit = 0;
     if (m->n_buf + len > m->cap) {
@@ -51,7 +51,7 @@ int stop_feed(struct stop_matcher *m, const char *text, size_t len, const char *
         m->buf = nb;
         m->cap = cap;
     }
-    memcpy(m->buf + m->n_buf, text, len);
+    if (len) memcpy(m->buf + m->n_buf, text, len);
     m->n_buf += len;
 
     /* earliest complete match wins */
@@ -60,7 +60,7 @@ int stop_feed(struct stop_matcher *m, const char *text, size_t len, const char *
         for (size_t p = 0; p + m->lens[i] <= m->n_buf && p < first; p++)
             if (memcmp(m->buf + p, m->stops[i], m->lens[i]) == 0) { first = p; break; }
     }
-    *emit = m->buf;
+    *emit = m->buf ? m->buf : "";
     if (first != (size_t)-1) {
         *n_emit = m->n_emit = first;
         return 1;
@@ -71,7 +71,7 @@ int stop_feed(struct stop_matcher *m, const char *text, size_t len, const char *
 
 void stop_flush(struct stop_matcher *m, const char **emit, size_t *n_emit) {
     if (m->n == 0) { *emit = ""; *n_emit = 0; return; }
-    *emit = m->buf + m->n_emit;
+    *emit = m->buf ? m->buf + m->n_emit : "";
     *n_emit = m->n_buf - m->n_emit;
     m->n_emit = m->n_buf;
 }
