@@ -37,6 +37,17 @@ void axpy_f32(float *y, float a, const float *v, int n);
 void axpy_f16_ref(float *y, float a, const uint16_t *v, int n);
 void axpy_f16(float *y, float a, const uint16_t *v, int n);
 
+/* ---- any weight format (tensor/weight.h): plain, GGML blocks, MLX affine ---- */
+struct gb_weight;
+/* The oracle: each row dequantized with weight_get_row, products summed in double. */
+void matmul_w_ref(float *y, const float *x, const struct gb_weight *w, int n_tok);
+/* Scratch the fast path needs for n_tok rows of x (e.g. x quantized to q8 blocks). */
+size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
+/* Threaded and SIMD; plain float types go to matmul(). work: matmul_w_work_size bytes
+ * (may be NULL when that is 0). Quantized formats may quantize x once per call (to
+ * 8-bit blocks) for their dot products; the per-format error bound is in the tests. */
+void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
+
 /* 1 when the AVX2/FMA/F16C kernels are in use (for tests and `gerbil info`). */
 int cpu_has_avx2(void);
 /* Force the reference kernels (tests, debugging). */

@@ -1,0 +1,59 @@
+/* GGUF v2/v3 reader: validates the whole header (metadata, tensor infos, alignment,
+ * every offset and size against the file) before anything is used. Tensors are
+ * views into the mapping, described in OUR convention: dims outermost first (ggml's
+ * ne[] reversed), so a weight is [n_out][n_in] as with safetensors. */
+#ifndef GB_GGUF_H
+#define GB_GGUF_H
+
+#include "gerbil.h"
+#include "io/mmap.h"
+#include "io/safetensors.h" /* struct st_load_opts */
+#include "tensor/tensor.h"
+
+#include <stdint.h>
+
+enum gguf_vtype {
+    GGUF_VT_U8 = 0, GGUF_VT_I8 = 1, GGUF_VT_U16 = 2, GGUF_VT_I16 = 3, GGUF_VT_U32 = 4, GGUF_VT_I32 = 5,
+    GGUF_VT_F32 = 6, GGUF_VT_BOOL = 7, GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_U64 = 10,
+    GGUF_VT_I64 = 11, GGUF_VT_F64 = 12,
+};
+
+struct gguf_kv {
+    char *key;                 /* NUL-terminated copy */
+    enum gguf_vtype type;
+    union {
+        uint64_t u;            /* U8..U64, BOOL */
+        int64_t i;             /* I8..I64 */
+        double f;              /* F32, F64 */
+    } v;
+    char *str;                 /* STRING: NUL-terminated copy (may contain NULs; see str_len) */
+    uint64_t str_len;
+    /* ARRAY */
+    enum gguf_vtype arr_type;
+    uint64_t arr_n;
+    const void *arr_data;      /* numeric arrays: the elements in the mapping (little-endian, packed) */
+    char **arr_strs;           /* string arrays: NUL-terminated copies */
+    uint64_t *arr_str_lens;
+};
+
+struct gguf_file {
+    struct mapped_file map;
+    uint32_t version;
+    int64_t n_kv;
+    struct gguf_kv *kv;
+    int n_tensors;
+    struct gb_tensor *tensors; /* in file order; names owned here */
+    size_t alignment;          /* general.alignment, default 32 */
+    size_t data_offset;        /* start of the tensor data section */
+};
+
+gerbil_status gguf_open(const char *path, const struct st_load_opts *opts, struct gguf_file *out);
+void gguf_close(struct gguf_file *f);
+const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
+const struct gb_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
+/* Typed getters: def when absent; a present key of the wrong type is a format error. */
+gerbil_status gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t def, uint32_t *out);
+gerbil_status gguf_get_f32(const struct gguf_file *f, const char *key, float def, float *out);
+const char *gguf_get_str(const struct gguf_file *f, const char *key); /* NULL when absent or not a string */
+
+#endif

@@ -1,0 +1,37 @@
+/* A weight matrix as the matmul reads it, in its stored format: n_out rows of n_in
+ * elements. Plain and GGML-block types keep each row contiguous (row r at
+ * data + r * row_bytes). MLX affine quantization packs `bits`-wide unsigned codes
+ * little-endian into u32 words along the row, with one scale and one bias per group
+ * of group_size columns: w[r][c] = scales[r][c / gs] * q[r][c] + biases[r][c / gs]. */
+#ifndef GB_WEIGHT_H
+#define GB_WEIGHT_H
+
+#include "tensor/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum gb_weight_kind {
+    GB_WEIGHT_PLAIN = 0, /* type is F32/F16/BF16 or a GGML block type */
+    GB_WEIGHT_MLX,       /* MLX affine: data is u32 words, plus scales and biases */
+};
+
+struct gb_weight {
+    enum gb_weight_kind kind;
+    enum gb_type type;        /* PLAIN: the row type; MLX: GB_TYPE_U32 */
+    int64_t n_out, n_in;
+    const void *data;
+    size_t row_bytes;
+    /* MLX only */
+    int bits, group_size;     /* bits in {2, 3, 4, 6, 8}; group_size in {32, 64, 128} */
+    enum gb_type sb_type;     /* type of scales and biases: F32, F16 or BF16 */
+    const void *scales, *biases; /* [n_out][n_in / group_size] */
+    const char *name;         /* for messages */
+};
+
+/* Bytes the weight occupies (data + scales + biases). */
+size_t weight_nbytes(const struct gb_weight *w);
+/* Row r as f32 (the embedding gather; reference dequantization). */
+void weight_get_row(const struct gb_weight *w, int64_t r, float *out);
+
+#endif
