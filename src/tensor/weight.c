@@ -1,0 +1,30 @@
+#include "tensor/weight.h"
+#include "base/status.h"
+#include "tensor/quant_ref.h"
+
+/* Bytes of one row of MLX codes: n_in codes of `bits` bits (n_in a multiple of 32). */
+static size_t mlx_row_bytes(const struct gb_weight *w) {
+    return (size_t)w->n_in * (size_t)w->bits / 8;
+}
+
+size_t weight_nbytes(const struct gb_weight *w) {
+    if (w->kind == GB_WEIGHT_MLX) {
+        const size_t n_groups = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
+        return (size_t)w->n_out * mlx_row_bytes(w) + 2 * n_groups * type_traits(w->sb_type)->type_size;
+    }
+    return (size_t)w->n_out * w->row_bytes;
+}
+
+void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {
+    GB_ASSERT(r >= 0 && r < w->n_out);
+    if (w->kind == GB_WEIGHT_MLX) {
+        const int64_t n_groups = w->n_in / w->group_size;
+        const size_t sb = type_traits(w->sb_type)->type_size;
+        const uint32_t *words = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
+        dequantize_row_mlx(words, (const char *)w->scales + (size_t)(r * n_groups) * sb,
+                           (const char *)w->biases + (size_t)(r * n_groups) * sb,
+                           w->sb_type, w->bits, w->group_size, out, w->n_in);
+        return;
+    }
+    type_to_f32(w->type, (const char *)w->data + (size_t)r * w->row_bytes, out, w->n_in);
+}
