@@ -1,0 +1,566 @@
+/* matmul over quantized weights (tensor/weight.h): y[t][o] = dot(w row o, x row t).
+ *
+ * GGML block types: each row of x is quantized once per call into `work` -- Q8_K
+ * blocks for the k-quants, struct qx8 blocks (32 int8 + f32 scale + scaled sum) for
+ * the 32-element types -- and each output is a sum of integer dot products inside
+ * blocks, scaled by the blocks' f16 scales (ggml's vec_dot_*_q8_* scheme). Integer
+ * block sums are exact, so the fast and the scalar kernels differ only in the order
+ * of the f32 adds that combine them.
+ *
+ * MLX affine: w = s q + b per group, so dot(w, x) = sum_g s_g (q . x)_g + b_g xsum_g
+ * with f32 activations; xsum_g (group sums of x) is computed once per call into
+ * work, and for 4-bit x is also stored permuted to the order in which the AVX2
+ * kernel unpacks nibbles.
+ *
+ * Threading as in kernels.c: output rows are cut into chunks taken from a shared
+ * counter; each y element is computed by one kernel call whose arithmetic depends
+ * on n_in and n_tok only, so results never depend on the thread count. */
+#include "backend/cpu/kernels.h"
+#include "base/fp16.h"
+#include "base/status.h"
+#include "tensor/quant.h"
+#include "tensor/weight.h"
+
+#ifdef GERBIL_HAVE_X86
+#include "backend/cpu/qmatmul_avx2.h"
+#endif
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Activations of the 32-element types: x ~ d * qs; s = d * sum(qs), which the
+ * offset types (Q4_0's -8, Q4_1's m, ...) multiply instead of summing qs again. */
+struct qx8 {
+    float d, s;
+    int8_t qs[32];
+};
+_Static_assert(sizeof(struct qx8) == 40, "qx8");
+
+/* One weight row (n elements) against nt tokens of prepared activations:
+ * y[u * ldy] = dot(row, xq + u * xs bytes). */
+typedef void (*qdot_fn)(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+
+enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K };
+
+/* ---- activation quantization ---------------------------------------------------- */
+
+static void quantize_x8(const float *x, struct qx8 *b, int n) {
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int q = (int)lrintf(x[j] * id);
+            b[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        b[i].d = d;
+        b[i].s = d * (float)sum;
+    }
+}
+
+static void quantize_q8K(const float *x, block_q8_K *b, int n) {
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        b[i].d = amax / 127.0f;
+        for (int g = 0; g < QK_K / 16; g++) {
+            int sum = 0;
+            for (int j = 16 * g; j < 16 * g + 16; j++) {
+                int q = (int)lrintf(x[j] * id);
+                b[i].qs[j] = (int8_t)q;
+                sum += q;
+            }
+            b[i].bsums[g] = (int16_t)sum;
+        }
+    }
+}
+
+/* ---- scalar kernels: 32-element types -------------------------------------------- */
+
+/* Weights of one 32-element block as integers q (w = d q + m) into q[32]. */
+static inline float unpack32(enum gb_type t, const uint8_t *blk, int q[32], float *m) {
+    *m = 0.0f;
+    switch (t) {
+    case GB_TYPE_Q8_0: {
+        const block_q8_0 *b = (const block_q8_0 *)blk;
+        for (int j = 0; j < 32; j++) q[j] = b->qs[j];
+        return f16_to_f32(b->d);
+    }
+    case GB_TYPE_Q4_0: {
+        const block_q4_0 *b = (const block_q4_0 *)blk;
+        for (int j = 0; j < 16; j++) { q[j] = b->qs[j] & 15; q[j + 16] = b->qs[j] >> 4; }
+        *m = -8.0f; /* in units of d: handled by the caller through s */
+        return f16_to_f32(b->d);
+    }
+    case GB_TYPE_Q4_1: {
+        const block_q4_1 *b = (const block_q4_1 *)blk;
+        for (int j = 0; j < 16; j++) { q[j] = b->qs[j] & 15; q[j + 16] = b->qs[j] >> 4; }
+        *m = f16_to_f32(b->m);
+        return f16_to_f32(b->d);
+    }
+    case GB_TYPE_Q5_0:
+    case GB_TYPE_Q5_1: {
+        const uint8_t *qh4, *qs;
+        float d;
+        if (t == GB_TYPE_Q5_0) {
+            const block_q5_0 *b = (const block_q5_0 *)blk;
+            qh4 = b->qh; qs = b->qs; d = f16_to_f32(b->d);
+            *m = -16.0f;
+        } else {
+            const block_q5_1 *b = (const block_q5_1 *)blk;
+            qh4 = b->qh; qs = b->qs; d = f16_to_f32(b->d);
+            *m = f16_to_f32(b->m);
+        }
+        uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+            q[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        }
+        return d;
+    }
+    default: GB_ASSERT(!"unpack32: not a 32-element type"); return 0.0f;
+    }
+}
+
+/* Per block: sumi = sum q * qx (exact); y += (dw dx) sumi + offset term, where the
+ * offset term is m s for Q4_1/Q5_1 (m in real units) and (o dw) s for Q4_0/Q5_0
+ * (o = -8 or -16 in units of dw). */
+static inline void qdot32_generic(enum gb_type t, size_t bsz, int n, const void *row, const void *xq,
+                                  size_t xs, int nt, float *y, size_t ldy) {
+    for (int u = 0; u < nt; u++) {
+        const struct qx8 *xb = (const struct qx8 *)((const char *)xq + (size_t)u * xs);
+        float acc = 0.0f;
+        for (int i = 0; i < n / 32; i++) {
+            int q[32];
+            float m;
+            float d = unpack32(t, (const uint8_t *)row + (size_t)i * bsz, q, &m);
+            int sumi = 0;
+            for (int j = 0; j < 32; j++) sumi += q[j] * xb[i].qs[j];
+            float off = (t == GB_TYPE_Q4_0 || t == GB_TYPE_Q5_0) ? m * d : m;
+            acc += d * xb[i].d * (float)sumi + off * xb[i].s;
+        }
+        y[(size_t)u * ldy] = acc;
+    }
+}
+
+static void qdot_q8_0_generic(int n, const void *r, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+    qdot32_generic(GB_TYPE_Q8_0, sizeof(block_q8_0), n, r, xq, xs, nt, y, ldy);
+}
+static void qdot_q4_0_generic(int n, const void *r, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+    qdot32_generic(GB_TYPE_Q4_0, sizeof(block_q4_0), n, r, xq, xs, nt, y, ldy);
+}
+static void qdot_q4_1_generic(int n, const void *r, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+    qdot32_generic(GB_TYPE_Q4_1, sizeof(block_q4_1), n, r, xq, xs, nt, y, ldy);
+}
+static void qdot_q5_0_generic(int n, const void *r, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+    qdot32_generic(GB_TYPE_Q5_0, sizeof(block_q5_0), n, r, xq, xs, nt, y, ldy);
+}
+static void qdot_q5_1_generic(int n, const void *r, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+    qdot32_generic(GB_TYPE_Q5_1, sizeof(block_q5_1), n, r, xq, xs, nt, y, ldy);
+}
+
+/* ---- scalar kernels: k-quants -------------------------------------------------------- */
+
+/* A super-block as w = d sc[g] q - dmin mn[g] for the 16 groups g of 16 elements. */
+struct kunpack {
+    int8_t q[QK_K];
+    int sc[16], mn[16];
+    float d, dmin;
+};
+
+/* The 6-bit scale and min of sub-block j (of 8) in Q4_K/Q5_K's 12 scale bytes. */
+static inline void scale_min_k4(int j, const uint8_t *s, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static inline void unpack_k(enum gb_type t, const uint8_t *blk, struct kunpack *k) {
+    switch (t) {
+    case GB_TYPE_Q2_K: {
+        const block_q2_K *b = (const block_q2_K *)blk;
+        k->d = f16_to_f32(b->d);
+        k->dmin = f16_to_f32(b->dmin);
+        for (int g = 0; g < 16; g++) { k->sc[g] = b->scales[g] & 15; k->mn[g] = b->scales[g] >> 4; }
+        /* element 128 h + 32 j + l (l < 32) is bits 2j of qs[32 h + l] */
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) k->q[128 * h + 32 * j + l] = (int8_t)((b->qs[32 * h + l] >> (2 * j)) & 3);
+        return;
+    }
+    case GB_TYPE_Q3_K: {
+        const block_q3_K *b = (const block_q3_K *)blk;
+        k->d = f16_to_f32(b->d);
+        k->dmin = 0.0f;
+        /* 16 6-bit scales: low 4 bits from bytes 0..7 (low then high nibbles), high 2
+         * bits from bytes 8..11 */
+        const uint8_t *s = b->scales;
+        for (int g = 0; g < 16; g++) {
+            int lo = g < 8 ? s[g] & 15 : s[g - 8] >> 4;
+            int hi = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+            k->sc[g] = (lo | hi << 4) - 32;
+            k->mn[g] = 0;
+        }
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++) {
+                    int q = (b->qs[32 * h + l] >> (2 * j)) & 3;
+                    int hb = (b->hmask[l] >> (4 * h + j)) & 1;
+                    k->q[128 * h + 32 * j + l] = (int8_t)(q - (hb ? 0 : 4));
+                }
+        return;
+    }
+    case GB_TYPE_Q4_K:
+    case GB_TYPE_Q5_K: {
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (t == GB_TYPE_Q4_K) {
+            const block_q4_K *b = (const block_q4_K *)blk;
+            k->d = f16_to_f32(b->d); k->dmin = f16_to_f32(b->dmin);
+            scales = b->scales; qs = b->qs;
+        } else {
+            const block_q5_K *b = (const block_q5_K *)blk;
+            k->d = f16_to_f32(b->d); k->dmin = f16_to_f32(b->dmin);
+            scales = b->scales; qs = b->qs; qh = b->qh;
+        }
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            scale_min_k4(j, scales, &sc, &mn);
+            k->sc[2 * j] = k->sc[2 * j + 1] = sc;
+            k->mn[2 * j] = k->mn[2 * j + 1] = mn;
+        }
+        /* element 64 c + l: low nibble of qs[32 c + l]; 64 c + 32 + l: high nibble;
+         * Q5_K's fifth bit of sub-block j is bit j of qh[l] */
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
+                if (qh) {
+                    lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+                    hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+                k->q[64 * c + l] = (int8_t)lo;
+                k->q[64 * c + 32 + l] = (int8_t)hi;
+            }
+        return;
+    }
+    case GB_TYPE_Q6_K: {
+        const block_q6_K *b = (const block_q6_K *)blk;
+        k->d = f16_to_f32(b->d);
+        k->dmin = 0.0f;
+        for (int g = 0; g < 16; g++) { k->sc[g] = b->scales[g]; k->mn[g] = 0; }
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+            int8_t *q = k->q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                q[l] = (int8_t)(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+                q[l + 32] = (int8_t)(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        return;
+    }
+    default: GB_ASSERT(!"unpack_k: not a k-quant"); return;
+    }
+}
+
+/* Per super-block: sumi = sum_g sc[g] (q . qx)_g, summ = sum_g mn[g] bsums[g] (both
+ * exact); y += (d dx) sumi - (dmin dx) summ. */
+static inline void qdotK_generic(enum gb_type t, size_t bsz, int n, const void *row, const void *xq,
+                                 size_t xs, int nt, float *y, size_t ldy) {
+    float acc[16];
+    GB_ASSERT(nt <= 16);
+    for (int u = 0; u < nt; u++) acc[u] = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        struct kunpack k;
+        unpack_k(t, (const uint8_t *)row + (size_t)i * bsz, &k);
+        for (int u = 0; u < nt; u++) {
+            const block_q8_K *xb = (const block_q8_K *)((const char *)xq + (size_t)u * xs) + i;
+            int sumi = 0, summ = 0;
+            for (int g = 0; g < 16; g++) {
+                int s = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) s += k.q[l] * xb->qs[l];
+                sumi += k.sc[g] * s;
+                summ += k.mn[g] * xb->bsums[g];
+            }
+            acc[u] += k.d * xb->d * (float)sumi - k.dmin * xb->d * (float)summ;
+        }
+    }
+    for (int u = 0; u < nt; u++) y[(size_t)u * ldy] = acc[u];
+}
+
+#define QDOTK(name, T, B)                                                                          \
+    static void qdot_##name##_generic(int n, const void *r, const void *xq, size_t xs, int nt,     \
+                                      float *y, size_t ldy) {                                      \
+        for (int u = 0; u < nt; u += 16)                                                           \
+            qdotK_generic(T, sizeof(B), n, r, (const char *)xq + (size_t)u * xs, xs,               \
+                          nt - u < 16 ? nt - u : 16, y + (size_t)u * ldy, ldy);                    \
+    }
+QDOTK(q2_K, GB_TYPE_Q2_K, block_q2_K)
+QDOTK(q3_K, GB_TYPE_Q3_K, block_q3_K)
+QDOTK(q4_K, GB_TYPE_Q4_K, block_q4_K)
+QDOTK(q5_K, GB_TYPE_Q5_K, block_q5_K)
+QDOTK(q6_K, GB_TYPE_Q6_K, block_q6_K)
+#undef QDOTK
+
+/* ---- GGML type table ----------------------------------------------------------------- */
+
+struct qkernel {
+    enum act_kind act;
+    qdot_fn generic, fast; /* fast: NULL where only the scalar kernel exists */
+};
+
+static struct qkernel qkernel_of(enum gb_type t) {
+    struct qkernel k = {ACT_NONE, NULL, NULL};
+    switch (t) {
+    case GB_TYPE_Q8_0: k = (struct qkernel){ACT_X8, qdot_q8_0_generic, NULL}; break;
+    case GB_TYPE_Q4_0: k = (struct qkernel){ACT_X8, qdot_q4_0_generic, NULL}; break;
+    case GB_TYPE_Q4_1: k = (struct qkernel){ACT_X8, qdot_q4_1_generic, NULL}; break;
+    case GB_TYPE_Q5_0: k = (struct qkernel){ACT_X8, qdot_q5_0_generic, NULL}; break;
+    case GB_TYPE_Q5_1: k = (struct qkernel){ACT_X8, qdot_q5_1_generic, NULL}; break;
+    case GB_TYPE_Q2_K: k = (struct qkernel){ACT_Q8K, qdot_q2_K_generic, NULL}; break;
+    case GB_TYPE_Q3_K: k = (struct qkernel){ACT_Q8K, qdot_q3_K_generic, NULL}; break;
+    case GB_TYPE_Q4_K: k = (struct qkernel){ACT_Q8K, qdot_q4_K_generic, NULL}; break;
+    case GB_TYPE_Q5_K: k = (struct qkernel){ACT_Q8K, qdot_q5_K_generic, NULL}; break;
+    case GB_TYPE_Q6_K: k = (struct qkernel){ACT_Q8K, qdot_q6_K_generic, NULL}; break;
+    default: break;
+    }
+#ifdef GERBIL_HAVE_X86
+    switch (t) {
+    case GB_TYPE_Q8_0: k.fast = qdot_q8_0_avx2; break;
+    case GB_TYPE_Q4_0: k.fast = qdot_q4_0_avx2; break;
+    case GB_TYPE_Q4_K: k.fast = qdot_q4_K_avx2; break;
+    case GB_TYPE_Q5_K: k.fast = qdot_q5_K_avx2; break;
+    case GB_TYPE_Q6_K: k.fast = qdot_q6_K_avx2; break;
+    default: break;
+    }
+#endif
+    return k;
+}
+
+static size_t act_row_bytes(enum act_kind a, int64_t n_in) {
+    switch (a) {
+    case ACT_X8: return (size_t)(n_in / 32) * sizeof(struct qx8);
+    case ACT_Q8K: return (size_t)(n_in / QK_K) * sizeof(block_q8_K);
+    default: return 0;
+    }
+}
+
+/* ---- MLX affine ------------------------------------------------------------------------ */
+
+static inline float sb_at(const void *p, enum gb_type t, size_t i) {
+    switch (t) {
+    case GB_TYPE_F32: return ((const float *)p)[i];
+    case GB_TYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    default: return bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+/* Code c of a row's little-endian bit stream of `bits`-wide codes (nbytes long). */
+static inline int mlx_code(const uint8_t *codes, size_t nbytes, int bits, size_t c) {
+    size_t bit = c * (size_t)bits, byte = bit >> 3;
+    unsigned v = codes[byte];
+    if (byte + 1 < nbytes) v |= (unsigned)codes[byte + 1] << 8;
+    return (int)((v >> (bit & 7)) & ((1u << bits) - 1u));
+}
+
+/* Per group g: s = sum q x (in order); tot[g & 1] += scale_g s; then
+ * y = (tot0 + tot1) + sum_g bias_g xsum_g. The AVX2 kernels sum the same terms. */
+static void mlxdot_generic(int n, int gs, int bits, const uint8_t *codes, size_t nbytes,
+                           const void *sc, const void *bi, enum gb_type sbt, const float *x,
+                           size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    int ng = n / gs;
+    for (int u = 0; u < nt; u++) {
+        const float *xu = x + (size_t)u * xs, *gu = gsum + (size_t)u * gstr;
+        float tot[2] = {0.0f, 0.0f}, bsum = 0.0f;
+        for (int g = 0; g < ng; g++) {
+            float s = 0.0f;
+            for (int i = g * gs; i < (g + 1) * gs; i++) s += (float)mlx_code(codes, nbytes, bits, (size_t)i) * xu[i];
+            tot[g & 1] += sb_at(sc, sbt, (size_t)g) * s;
+        }
+        for (int g = 0; g < ng; g++) bsum += sb_at(bi, sbt, (size_t)g) * gu[g];
+        y[(size_t)u * ldy] = (tot[0] + tot[1]) + bsum;
+    }
+}
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+enum {
+    CHUNKS_PER_THREAD = 8,        /* see kernels.c */
+    MIN_PARALLEL_MACS = 1 << 16,  /* below this, waking the pool costs more than it saves */
+    XBLOCK_BYTES = 256 << 10,     /* prepared x of one token block stays in L2 */
+    MAX_NT = 16,                  /* tokens per kernel call */
+};
+
+struct qjob {
+    float *y;
+    const float *x;
+    const struct gb_weight *w;
+    int n_tok, fast;
+    /* GGML */
+    enum act_kind act;
+    qdot_fn fn;
+    const char *xq;
+    size_t xs;
+    /* MLX */
+    float *xp, *gsum;  /* [n_tok][n_in] (x, or permuted for 4-bit), [n_tok][n_in / gs] */
+    int permuted;
+    int chunk;
+    _Atomic int next;
+};
+
+/* Prepare activations of tokens [t0, t1). */
+static void prep_tokens(struct qjob *j, int t0, int t1) {
+    const struct gb_weight *w = j->w;
+    int n = (int)w->n_in;
+    for (int t = t0; t < t1; t++) {
+        const float *xt = j->x + (size_t)t * (size_t)n;
+        if (w->kind == GB_WEIGHT_MLX) {
+            int gs = w->group_size, ng = n / gs;
+            float *gt = j->gsum + (size_t)t * (size_t)ng;
+            for (int g = 0; g < ng; g++) {
+                float s = 0.0f;
+                for (int i = g * gs; i < (g + 1) * gs; i++) s += xt[i];
+                gt[g] = s;
+            }
+            if (j->permuted) {
+                /* 16 bytes of 4-bit codes hold elements 2k (low nibble of byte k) and
+                 * 2k + 1 (high nibble): store evens, then odds, per 32 elements */
+                float *pt = j->xp + (size_t)t * (size_t)n;
+                for (int b = 0; b < n; b += 32)
+                    for (int k = 0; k < 16; k++) { pt[b + k] = xt[b + 2 * k]; pt[b + 16 + k] = xt[b + 2 * k + 1]; }
+            }
+        } else if (j->act == ACT_X8) {
+            quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);
+        } else {
+            quantize_q8K(xt, (block_q8_K *)(j->xq + (size_t)t * j->xs), n);
+        }
+    }
+}
+
+static void prep_worker(void *ctx, int ith, int nth) {
+    struct qjob *j = ctx;
+    long lo, hi;
+    tp_range(j->n_tok, ith, nth, &lo, &hi);
+    prep_tokens(j, (int)lo, (int)hi);
+}
+
+static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
+    const struct gb_weight *w = j->w;
+    int n = (int)w->n_in, gs = w->group_size, ng = n / gs;
+    size_t esz = w->sb_type == GB_TYPE_F32 ? 4 : 2;
+    const uint8_t *codes = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+    const char *sc = (const char *)w->scales + (size_t)o * (size_t)ng * esz;
+    const char *bi = (const char *)w->biases + (size_t)o * (size_t)ng * esz;
+    const float *x = (j->permuted ? j->xp : j->x) + (size_t)u0 * (size_t)n;
+    const float *g = j->gsum + (size_t)u0 * (size_t)ng;
+    float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
+#ifdef GERBIL_HAVE_X86
+    if (j->fast && w->bits == 4) {
+        mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, (size_t)n, g, (size_t)ng, nt, y, (size_t)w->n_out);
+        return;
+    }
+    if (j->fast && w->bits == 8) {
+        mlxdot8_avx2(n, gs, codes, sc, bi, w->sb_type, x, (size_t)n, g, (size_t)ng, nt, y, (size_t)w->n_out);
+        return;
+    }
+#endif
+    mlxdot_generic(n, gs, w->bits, codes, (size_t)n * (size_t)w->bits / 8, sc, bi, w->sb_type, x, (size_t)n,
+                   g, (size_t)ng, nt, y, (size_t)w->n_out);
+}
+
+static void row_worker(void *ctx, int ith, int nth) {
+    struct qjob *j = ctx;
+    const struct gb_weight *w = j->w;
+    int n_out = (int)w->n_out, n_in = (int)w->n_in;
+    size_t xrow = w->kind == GB_WEIGHT_MLX ? (size_t)n_in * 4 : j->xs;
+    int tb = xrow ? (int)(XBLOCK_BYTES / xrow) : MAX_NT;
+    if (tb < 4) tb = 4;
+    for (;;) {
+        long o_lo = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
+        if (o_lo >= n_out) return;
+        int o_hi = o_lo + j->chunk < n_out ? (int)o_lo + j->chunk : n_out;
+        /* token blocks whose prepared x stays in L2; within one, each weight row is
+         * read once (from L1 after the first kernel call) for all its tokens */
+        for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
+            int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
+            for (int o = (int)o_lo; o < o_hi; o++) {
+                for (int u = t0; u < t1; u += MAX_NT) {
+                    int nt = t1 - u < MAX_NT ? t1 - u : MAX_NT;
+                    if (w->kind == GB_WEIGHT_MLX) {
+                        mlx_rows(j, o, u, nt);
+                    } else {
+                        j->fn(n_in, (const char *)w->data + (size_t)o * w->row_bytes, j->xq + (size_t)u * j->xs,
+                              j->xs, nt, j->y + (size_t)u * (size_t)n_out + o, (size_t)n_out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static int is_float_plain(const struct gb_weight *w) {
+    return w->kind == GB_WEIGHT_PLAIN &&
+           (w->type == GB_TYPE_F32 || w->type == GB_TYPE_F16 || w->type == GB_TYPE_BF16);
+}
+
+size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
+    if (n_tok <= 0) return 0;
+    if (w->kind == GB_WEIGHT_MLX)
+        return (size_t)n_tok * ((size_t)w->n_in + (size_t)(w->n_in / w->group_size)) * sizeof(float);
+    if (is_float_plain(w)) return 0;
+    return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
+}
+
+void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
+    GB_ASSERT(n_tok >= 0 && w->n_in >= 0 && w->n_out >= 0);
+    if (n_tok == 0 || w->n_out == 0) return;
+    if (is_float_plain(w)) {
+        matmul(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
+        return;
+    }
+    struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
+    atomic_init(&j.next, 0);
+    if (w->kind == GB_WEIGHT_MLX) {
+        GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size > 0 && w->n_in % w->group_size == 0 &&
+                  w->n_in % 32 == 0);
+        j.permuted = j.fast && w->bits == 4;
+        j.xp = work;
+        j.gsum = (float *)work + (size_t)n_tok * (size_t)w->n_in;
+    } else {
+        struct qkernel k = qkernel_of(w->type);
+        if (k.act == ACT_NONE) { /* no kernel for this type: the reference, correct but slow */
+            matmul_w_ref(y, x, w, n_tok);
+            return;
+        }
+        GB_ASSERT(w->n_in % type_traits(w->type)->block_size == 0);
+        j.act = k.act;
+        j.fn = j.fast && k.fast ? k.fast : k.generic;
+        j.xq = work;
+        j.xs = act_row_bytes(k.act, w->n_in);
+    }
+    if (w->n_in == 0) {
+        for (size_t i = 0; i < (size_t)n_tok * (size_t)w->n_out; i++) y[i] = 0.0f;
+        return;
+    }
+    double macs = (double)n_tok * (double)w->n_in * (double)w->n_out;
+    int nth = macs < MIN_PARALLEL_MACS ? 1 : tp_n_threads(tp);
+    if (nth > 1 && n_tok >= 4) tp_run(tp, prep_worker, &j);
+    else prep_tokens(&j, 0, n_tok);
+    if (nth == 1) {
+        j.chunk = (int)w->n_out;
+        row_worker(&j, 0, 1);
+    } else {
+        long n_chunks = (long)nth * CHUNKS_PER_THREAD;
+        j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
+        tp_run(tp, row_worker, &j);
+    }
+}

@@ -1,0 +1,340 @@
+/* AVX2 kernels for quantized weights: the integer dot products of qmatmul.c's scalar
+ * kernels, 32 bytes at a time. Unsigned weight codes meet signed int8 activations in
+ * vpmaddubsw (pairs summed to int16: at most 2 * 63 * 127, no saturation since the
+ * activations stay within [-127, 127]), vpmaddwd applies the per-group scales and
+ * widens to int32, and each block's exact integer sum is converted to f32 once.
+ *
+ * Each kernel takes up to NT tokens per weight row pass: the row's codes are loaded
+ * and unpacked once and reused from registers for every token (prefill), while a
+ * single token (decode) streams the row once. A token's arithmetic is the same in
+ * every tile size. */
+#include "backend/cpu/qmatmul_avx2.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+enum { NT = 4, NT_MLX = 2 };
+
+static ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Tile over nt tokens in pieces of at most `max`, each piece one instance of k. */
+#define TILED(k, max)                                                                       \
+    for (int u0 = 0; u0 < nt; u0 += max) {                                                  \
+        int t = nt - u0 < max ? nt - u0 : max;                                              \
+        const char *xu = (const char *)xq + (size_t)u0 * xs;                                \
+        float *yu = y + (size_t)u0 * ldy;                                                   \
+        switch (t) {                                                                        \
+        case 4: k(4); break;                                                                \
+        case 3: k(3); break;                                                                \
+        case 2: k(2); break;                                                                \
+        default: k(1); break;                                                               \
+        }                                                                                   \
+    }
+
+/* ---- Q4_K ------------------------------------------------------------------------- */
+
+/* 8 6-bit scales and 8 6-bit mins of a Q4_K/Q5_K super-block. */
+static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* mins replicated per group of 16: m0 m0 m1 m1 ... as 16 int16 */
+static ALWAYS_INLINE __m256i mins16(const uint8_t mn[8]) {
+    __m128i m = _mm_loadl_epi64((const __m128i *)mn);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+}
+
+/* T tokens; Q5_K when qh5 (adds bit 2c / 2c + 1 of qh as the fifth bit). */
+static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int q5, const char *xq, size_t xs,
+                                    int T, float *y, size_t ldy) {
+    __m256 acc[NT];
+    for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *b = row + (size_t)i * bsz;
+        uint16_t dh, mh;
+        memcpy(&dh, b, 2);
+        memcpy(&mh, b + 2, 2);
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = q5 ? b + 4 + K_SCALE_SIZE : NULL;
+        const uint8_t *qs = b + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+        uint8_t sc[8], mn[8];
+        scales_k4(scales, sc, mn);
+        __m256i sumi[NT];
+        for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+            }
+            __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+#pragma GCC unroll 4
+            for (int u = 0; u < T; u++) {
+                const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+                sumi[u] = _mm256_add_epi32(sumi[u], _mm256_add_epi32(p0, p1));
+            }
+        }
+        float d = h2f(dh), dmin = h2f(mh);
+        __m256i m16 = mins16(mn);
+#pragma GCC unroll 4
+        for (int u = 0; u < T; u++) {
+            const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+            __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), m16);
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(sumi[u]), acc[u]);
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * xb->d), _mm256_cvtepi32_ps(pm), acc[u]);
+        }
+    }
+    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+}
+
+void qdot_q4_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) qK45_tile(n / QK_K, row, sizeof(block_q4_K), 0, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+void qdot_q5_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) qK45_tile(n / QK_K, row, sizeof(block_q5_K), 1, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* ---- Q6_K ------------------------------------------------------------------------- */
+
+/* Codes are used unsigned (0..63) and the -32 offset is applied once per super-block
+ * as 32 sum_g sc[g] bsums[g]. */
+static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, size_t xs, int T, float *y,
+                                   size_t ldy) {
+    __m256 acc[NT];
+    for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    for (int i = 0; i < nb; i++) {
+        const block_q6_K *b = w + i;
+        __m256i sumi[NT];
+        for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const int8_t *s = b->scales + 8 * h + 2 * k;
+                __m256i sv = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+#pragma GCC unroll 4
+                for (int u = 0; u < T; u++) {
+                    const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
+                    sumi[u] = _mm256_add_epi32(sumi[u], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sv));
+                }
+            }
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        float d = h2f(b->d);
+#pragma GCC unroll 4
+        for (int u = 0; u < T; u++) {
+            const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            __m256i s = _mm256_sub_epi32(sumi[u], _mm256_slli_epi32(corr, 5));
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), acc[u]);
+        }
+    }
+    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+}
+
+void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) q6K_tile(n / QK_K, row, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* ---- Q8_0 and Q4_0 against struct qx8 ---------------------------------------------- */
+
+struct qx8 { float d, s; int8_t qs[32]; }; /* qmatmul.c's activation block */
+
+/* Two accumulators per token (even and odd blocks) hide the FMA latency in decode. */
+static ALWAYS_INLINE void q8_0_tile(int nb, const block_q8_0 *w, const char *xq, size_t xs, int T, float *y,
+                                    size_t ldy) {
+    __m256 acc[2][NT];
+    for (int u = 0; u < T; u++) acc[0][u] = acc[1][u] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    int i = 0;
+    for (; i < nb; i++) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        __m256i aw = _mm256_sign_epi8(wv, wv);
+        float d = h2f(w[i].d);
+#pragma GCC unroll 4
+        for (int u = 0; u < T; u++) {
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
+            __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wv);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+            acc[i & 1][u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[i & 1][u]);
+        }
+    }
+    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u]));
+}
+
+void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) q8_0_tile(n / 32, row, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* Q4_0: w = d (q - 8); sum = d dx sum(q qx) - 8 d s, the second term summed apart. */
+static ALWAYS_INLINE void q4_0_tile(int nb, const block_q4_0 *w, const char *xq, size_t xs, int T, float *y,
+                                    size_t ldy) {
+    __m256 acc[2][NT];
+    float off[NT];
+    for (int u = 0; u < T; u++) { acc[0][u] = acc[1][u] = _mm256_setzero_ps(); off[u] = 0.0f; }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int i = 0; i < nb; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)w[i].qs);
+        __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+        float d = h2f(w[i].d);
+#pragma GCC unroll 4
+        for (int u = 0; u < T; u++) {
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xb->qs)), ones);
+            acc[i & 1][u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[i & 1][u]);
+            off[u] += d * xb->s;
+        }
+    }
+    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u])) - 8.0f * off[u];
+}
+
+void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) q4_0_tile(n / 32, row, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* ---- MLX affine, f32 activations ----------------------------------------------------- */
+
+static ALWAYS_INLINE float sb_load(const void *p, enum gb_type t, size_t i) {
+    if (t == GB_TYPE_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (t == GB_TYPE_F16) return _cvtsh_ss(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static ALWAYS_INLINE __m256 u8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+/* Group sums: for each token u, gacc[u] = lanes of sum q x over the group's gs codes.
+ * bits 4: 16 bytes = 32 codes per step, x permuted (low nibbles' x, then high).
+ * bits 8: 32 bytes per step, x in order. */
+static ALWAYS_INLINE void mlx_group(int bits, int gs, const uint8_t *codes, const float *x, size_t xs, int T,
+                                    __m256 gacc[NT_MLX]) {
+    /* fresh zeros per group: the group's chains do not wait on the previous group */
+    __m256 a[NT_MLX], b[NT_MLX];
+    for (int u = 0; u < T; u++) a[u] = b[u] = _mm256_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int k = 0; k < gs; k += 32) {
+        __m256 w0, w1, w2, w3;
+        if (bits == 4) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(codes + k / 2));
+            __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+            w0 = u8x8_ps(lo);
+            w1 = u8x8_ps(_mm_srli_si128(lo, 8));
+            w2 = u8x8_ps(hi);
+            w3 = u8x8_ps(_mm_srli_si128(hi, 8));
+        } else {
+            w0 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k)));
+            w1 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 8)));
+            w2 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 16)));
+            w3 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 24)));
+        }
+#pragma GCC unroll 2
+        for (int u = 0; u < T; u++) {
+            const float *xp = x + (size_t)u * xs + k;
+            a[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp), a[u]);
+            b[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp + 8), b[u]);
+            a[u] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp + 16), a[u]);
+            b[u] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xp + 24), b[u]);
+        }
+    }
+    for (int u = 0; u < T; u++) gacc[u] = _mm256_add_ps(a[u], b[u]);
+}
+
+/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains. */
+static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                   enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                                   int T, float *y, size_t ldy) {
+    int ng = n / gs;
+    size_t gbytes = (size_t)gs * (size_t)bits / 8;
+    __m256 tot0[NT_MLX], tot1[NT_MLX], g[NT_MLX];
+    for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 2 <= ng; k += 2) {
+        mlx_group(bits, gs, codes + (size_t)k * gbytes, x + (size_t)k * gs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+        mlx_group(bits, gs, codes + (size_t)(k + 1) * gbytes, x + (size_t)(k + 1) * gs, xs, T, g);
+        __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
+        for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
+    }
+    if (k < ng) {
+        mlx_group(bits, gs, codes + (size_t)k * gbytes, x + (size_t)k * gs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+    }
+    for (int u = 0; u < T; u++) {
+        const float *gu = gsum + (size_t)u * gstr;
+        float bsum = 0.0f;
+        for (int j = 0; j < ng; j++) bsum += sb_load(bi, sbt, (size_t)j) * gu[j];
+        y[(size_t)u * ldy] = hsum8(_mm256_add_ps(tot0[u], tot1[u])) + bsum;
+    }
+}
+
+static ALWAYS_INLINE void mlxdot(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                 enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                                 int nt, float *y, size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
+        const float *xu = x + (size_t)u0 * xs, *gu = gsum + (size_t)u0 * gstr;
+        float *yu = y + (size_t)u0 * ldy;
+        if (nt - u0 >= 2) mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy);
+        else mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy);
+    }
+}
+
+void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
+                  const float *x, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    mlxdot(4, n, gs, codes, sc, bi, sbt, x, xs, gsum, gstr, nt, y, ldy);
+}
+
+void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
+                  const float *x, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    mlxdot(8, n, gs, codes, sc, bi, sbt, x, xs, gsum, gstr, nt, y, ldy);
+}

@@ -1,0 +1,39 @@
+/* AVX2 kernels for quantized weights (qmatmul_avx2.c, compiled with -mavx2 -mfma
+ * -mf16c). Private to qmatmul.c, which calls them only after cpu_has_avx2().
+ *
+ * Every kernel has qmatmul.c's row-kernel contract: one weight row against nt tokens
+ * of prepared activations,
+ *   y[u * ldy] = dot(row, token u)   for u < nt,
+ * and each token's value is computed by the same instruction sequence whatever nt is
+ * (tokens are only grouped to share weight loads), so results depend on neither the
+ * token tiling nor the thread split. */
+#ifndef GB_CPU_QMATMUL_AVX2_H
+#define GB_CPU_QMATMUL_AVX2_H
+
+#include "tensor/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGML rows (n elements) against activations quantized by qmatmul.c: Q8_K blocks for
+ * the k-quants, struct qx8 blocks (see qmatmul.c) for Q8_0/Q4_0. xs: bytes between
+ * tokens of xq. */
+void qdot_q4_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+void qdot_q5_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+
+/* MLX affine rows, f32 activations. codes: the row's packed words; sc, bi: its
+ * n / gs scales and biases, of type sbt (F32, F16 or BF16); x: the token's activations (for
+ * 4-bit, permuted by qmatmul.c so each 16-byte run of codes meets its low nibbles'
+ * x first, then its high nibbles'); gsum: per-group sums of x. xs, gs_stride: floats
+ * between tokens of x and gsum. */
+void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                  enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                  int nt, float *y, size_t ldy);
+void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                  enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                  int nt, float *y, size_t ldy);
+
+#endif

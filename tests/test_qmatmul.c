@@ -1,0 +1,235 @@
+/* matmul_w over quantized weights (backend/cpu/qmatmul.c) against matmul_w_ref.
+ *
+ * For every GGML type and every MLX bits x group size: random weights made by the
+ * reference quantizers, random x, awkward n_out and n_tok; outputs poisoned with NaN.
+ * The fast kernels and the scalar ones (cpu_force_ref) must each be within the
+ * format's error bound of the oracle, and pools of 1, 2 and 3 threads must agree bit
+ * for bit.
+ *
+ * Error bounds, per output y = sum_i w_i x_i:
+ *  - GGML types quantize x to 8 bits per block (32 elements, or 256 for the
+ *    k-quants) with step d_b = max|x in block| / 127 and round to nearest, so
+ *    |x_i - x~_i| <= d_b / 2 and the product error is at most
+ *      A = sum_i |w_i| d_b(i) / 2;
+ *    the tolerance is 1.001 A + 1e-5 S, S = sum_i (|w_i| + |m_i|) |x_i| bounding the
+ *    f32 rounding of the block sums (m_i the block's min/offset term, for terms that
+ *    cancel).
+ *  - MLX keeps x in f32: only f32 rounding, tolerance 1e-5 S with
+ *    S = sum_i (|w_i| + 2 |b_g(i)|) |x_i| (w = s q + b is summed as s (q . x) + b sum x,
+ *    whose terms can be larger than w x). */
+#include "test.h"
+
+#include "backend/cpu/kernels.h"
+#include "base/fp16.h"
+#include "base/threadpool.h"
+#include "tensor/quant.h"
+#include "tensor/quant_ref.h"
+#include "tensor/weight.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static threadpool_t *pools[3];
+
+static float *poisoned(size_t n) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+static float sb_get(enum gb_type t, const void *p, size_t i) {
+    if (t == GB_TYPE_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == GB_TYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+/* Run matmul_w with each pool (fast or forced reference), check bit-identity across
+ * pools and the bound against yref; tol[t * n_out + o]. Returns failures. */
+static int run_check(const struct gb_weight *w, const float *x, int n_tok, const float *yref, const float *tol,
+                     int force, const char *what) {
+    size_t ny = (size_t)n_tok * (size_t)w->n_out;
+    size_t ws = matmul_w_work_size(w, n_tok);
+    void *work = ws ? malloc(ws) : NULL;
+    float *y[3];
+    int bad = 0;
+    cpu_force_ref(force);
+    for (int p = 0; p < 3; p++) {
+        y[p] = poisoned(ny);
+        matmul_w(pools[p], y[p], x, w, n_tok, work);
+    }
+    cpu_force_ref(0);
+    double worst = 0.0;
+    for (size_t i = 0; i < ny; i++) {
+        double e = fabs((double)y[0][i] - yref[i]);
+        if (!(e <= tol[i])) { /* NaN fails too */
+            if (bad++ < 3)
+                fprintf(stderr, "%s: n_in %lld n_out %lld n_tok %d %s: y[%zu] = %g, ref %g, tol %g\n", what,
+                        (long long)w->n_in, (long long)w->n_out, n_tok, force ? "scalar" : "fast", i, y[0][i],
+                        yref[i], tol[i]);
+        }
+        if (tol[i] > 0 && e / tol[i] > worst) worst = e / tol[i];
+    }
+    CHECKF(bad == 0, "%s: %d outputs out of bound", what, bad);
+    CHECKF(memcmp(y[0], y[1], ny * sizeof(float)) == 0 && memcmp(y[0], y[2], ny * sizeof(float)) == 0,
+           "%s n_in %lld n_out %lld n_tok %d %s: results depend on the thread count", what, (long long)w->n_in,
+           (long long)w->n_out, n_tok, force ? "scalar" : "fast");
+    for (int p = 0; p < 3; p++) free(y[p]);
+    free(work);
+    return bad;
+}
+
+/* deq: [n_out][n_in] dequantized weights; mag: [n_out][n_in] |w| plus the
+ * format's cancelling terms (see the header); act_block: 0 for f32 activations. */
+static void check_all_tok(const struct gb_weight *w, const float *deq, const float *mag, int act_block,
+                          unsigned long long *seed, const char *what) {
+    static const int toks[] = {1, 2, 3, 7, 16};
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        int n_tok = toks[k];
+        float *x = malloc((size_t)n_tok * n_in * sizeof *x);
+        for (int i = 0; i < n_tok * n_in; i++) x[i] = test_rand_f(seed) * (1.0f + (float)(i % 7));
+        float *yref = poisoned((size_t)n_tok * n_out), *tol = malloc((size_t)n_tok * n_out * sizeof *tol);
+        matmul_w_ref(yref, x, w, n_tok);
+        for (int t = 0; t < n_tok; t++) {
+            const float *xt = x + (size_t)t * n_in;
+            for (int o = 0; o < n_out; o++) {
+                const float *wr = deq + (size_t)o * n_in, *mr = mag + (size_t)o * n_in;
+                double a = 0.0, s = 0.0;
+                for (int b = 0; b < n_in; b += (act_block ? act_block : n_in)) {
+                    int nb = act_block ? act_block : n_in;
+                    float amax = 0.0f;
+                    for (int i = b; i < b + nb; i++) amax = fmaxf(amax, fabsf(xt[i]));
+                    for (int i = b; i < b + nb; i++) {
+                        if (act_block) a += fabs(wr[i]) * (amax / 127.0) / 2.0;
+                        s += (double)mr[i] * fabs(xt[i]);
+                    }
+                }
+                tol[(size_t)t * n_out + o] = (float)(1.001 * a + 1e-5 * s + 1e-30);
+            }
+        }
+        run_check(w, x, n_tok, yref, tol, 0, what);
+        run_check(w, x, n_tok, yref, tol, 1, what);
+        free(x);
+        free(yref);
+        free(tol);
+    }
+}
+
+static void test_ggml(enum gb_type t, unsigned long long *seed) {
+    static const int outs[] = {1, 5, 33, 67};
+    const struct gb_type_traits *tt = type_traits(t);
+    struct gb_quant_fns qf = quant_fns(t);
+    CHECK(qf.from_float != NULL && qf.to_float != NULL);
+    if (!qf.from_float || !qf.to_float) return;
+    int kq = tt->block_size == QK_K;
+    int ins_k[] = {256, 512, 768}, ins_s[] = {32, 96, 256};
+    const int *ins = kq ? ins_k : ins_s;
+    for (int a = 0; a < 3; a++) {
+        for (size_t b = 0; b < sizeof outs / sizeof outs[0]; b++) {
+            int n_in = ins[a], n_out = outs[b];
+            size_t rb = type_row_size(t, n_in);
+            uint8_t *data = malloc(rb * n_out);
+            float *src = malloc((size_t)n_in * sizeof *src);
+            float *deq = malloc((size_t)n_out * n_in * sizeof *deq), *mag = malloc((size_t)n_out * n_in * sizeof *mag);
+            for (int o = 0; o < n_out; o++) {
+                float scale = 0.01f + (float)(test_rand_u64(seed) % 1000) / 100.0f;
+                float shift = (o % 3 == 0) ? scale * 0.5f : 0.0f; /* exercise the mins */
+                for (int i = 0; i < n_in; i++) src[i] = test_rand_f(seed) * scale + shift;
+                qf.from_float(src, data + (size_t)o * rb, n_in);
+            }
+            struct gb_weight w = {.kind = GB_WEIGHT_PLAIN, .type = t, .n_out = n_out, .n_in = n_in,
+                                  .data = data, .row_bytes = rb, .name = tt->name};
+            for (int o = 0; o < n_out; o++) {
+                weight_get_row(&w, o, deq + (size_t)o * n_in);
+                /* |w| + the block's offset/min magnitude: max |w| of its block bounds both */
+                int bs = kq ? 32 : 32;
+                for (int i = 0; i < n_in; i += bs) {
+                    float mx = 0.0f;
+                    for (int j = i; j < i + bs; j++) mx = fmaxf(mx, fabsf(deq[(size_t)o * n_in + j]));
+                    for (int j = i; j < i + bs; j++) mag[(size_t)o * n_in + j] = fabsf(deq[(size_t)o * n_in + j]) + 2 * mx;
+                }
+            }
+            check_all_tok(&w, deq, mag, kq ? QK_K : 32, seed, tt->name);
+            free(data);
+            free(src);
+            free(deq);
+            free(mag);
+        }
+    }
+}
+
+static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *seed) {
+    static const int outs[] = {1, 5, 33, 67};
+    int ins[] = {gs, 384};
+    char what[64];
+    snprintf(what, sizeof what, "mlx%d gs%d %s", bits, gs, type_name(sbt));
+    size_t esz = type_traits(sbt)->type_size;
+    for (int a = 0; a < 2; a++) {
+        for (size_t b = 0; b < sizeof outs / sizeof outs[0]; b++) {
+            int n_in = ins[a], n_out = outs[b], ng = n_in / gs;
+            size_t rb = (size_t)n_in * bits / 8;
+            uint8_t *data = malloc(rb * n_out);
+            char *sc = malloc((size_t)n_out * ng * esz), *bi = malloc((size_t)n_out * ng * esz);
+            float *src = malloc((size_t)n_in * sizeof *src);
+            float *deq = malloc((size_t)n_out * n_in * sizeof *deq), *mag = malloc((size_t)n_out * n_in * sizeof *mag);
+            for (int o = 0; o < n_out; o++) {
+                float scale = 0.01f + (float)(test_rand_u64(seed) % 1000) / 100.0f;
+                for (int i = 0; i < n_in; i++) src[i] = test_rand_f(seed) * scale + (o % 2 ? scale : 0.0f);
+                quantize_row_mlx_ref(src, (uint32_t *)(data + (size_t)o * rb), sc + (size_t)o * ng * esz,
+                                     bi + (size_t)o * ng * esz, sbt, bits, gs, n_in);
+            }
+            struct gb_weight w = {.kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = n_out, .n_in = n_in,
+                                  .data = data, .row_bytes = rb, .bits = bits, .group_size = gs, .sb_type = sbt,
+                                  .scales = sc, .biases = bi, .name = what};
+            for (int o = 0; o < n_out; o++) {
+                weight_get_row(&w, o, deq + (size_t)o * n_in);
+                for (int i = 0; i < n_in; i++)
+                    mag[(size_t)o * n_in + i] = fabsf(deq[(size_t)o * n_in + i]) +
+                                                2 * fabsf(sb_get(sbt, bi, (size_t)o * ng + i / gs));
+            }
+            check_all_tok(&w, deq, mag, 0, seed, what);
+            free(data);
+            free(sc);
+            free(bi);
+            free(src);
+            free(deq);
+            free(mag);
+        }
+    }
+}
+
+/* A float weight goes through matmul(): same answer as calling it directly. */
+static void test_plain(unsigned long long *seed) {
+    int n_in = 64, n_out = 9, n_tok = 3;
+    float *w = malloc(sizeof(float) * n_in * n_out), *x = malloc(sizeof(float) * n_in * n_tok);
+    for (int i = 0; i < n_in * n_out; i++) w[i] = test_rand_f(seed);
+    for (int i = 0; i < n_in * n_tok; i++) x[i] = test_rand_f(seed);
+    struct gb_weight gw = {.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_F32, .n_out = n_out, .n_in = n_in,
+                           .data = w, .row_bytes = sizeof(float) * n_in};
+    float *y0 = poisoned(n_tok * n_out), *y1 = poisoned(n_tok * n_out);
+    CHECK(matmul_w_work_size(&gw, n_tok) == 0);
+    matmul_w(pools[1], y0, x, &gw, n_tok, NULL);
+    matmul(pools[1], y1, x, w, GB_TYPE_F32, n_tok, n_in, n_out);
+    CHECK(memcmp(y0, y1, sizeof(float) * n_tok * n_out) == 0);
+    free(w); free(x); free(y0); free(y1);
+}
+
+int main(void) {
+    unsigned long long seed = 0x9e3779b97f4a7c15ULL;
+    for (int p = 0; p < 3; p++) {
+        pools[p] = tp_create(p + 1);
+        if (!pools[p]) { fprintf(stderr, "tp_create failed\n"); return 1; }
+    }
+    printf("AVX2 kernels: %s\n", cpu_has_avx2() ? "yes" : "no");
+    static const enum gb_type types[] = {GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q4_1, GB_TYPE_Q5_0, GB_TYPE_Q5_1,
+                                         GB_TYPE_Q2_K, GB_TYPE_Q3_K, GB_TYPE_Q4_K, GB_TYPE_Q5_K, GB_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_ggml(types[i], &seed);
+    static const int bits[] = {2, 3, 4, 6, 8}, gss[] = {32, 64, 128};
+    static const enum gb_type sbts[] = {GB_TYPE_F16, GB_TYPE_BF16, GB_TYPE_F32};
+    int k = 0;
+    for (int b = 0; b < 5; b++)
+        for (int g = 0; g < 3; g++) test_mlx(bits[b], gss[g], sbts[k++ % 3], &seed);
+    test_plain(&seed);
+    for (int p = 0; p < 3; p++) tp_free(pools[p]);
+    return test_done();
+}
