@@ -17,11 +17,18 @@
 #include "base/fp16.h"
 #include "base/status.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 static inline float half(gb_half h) { return f16_to_f32(h); }
-static inline int nearest(float x) { return (int)lrintf(x); } /* ties to even */
+/* round(v) clamped to [lo, hi] (lo >= -1024), without a libm call; ties round
+ * up; NaN gives lo, so garbage input still yields valid codes. */
+static inline int qround(float v, int lo, int hi) {
+    v = v > (float)lo ? v : (float)lo;
+    v = v < (float)hi ? v : (float)hi;
+    return (int)(v + 1024.5f) - 1024;
+}
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ---------------------------------------------------------------- dequantize */
@@ -331,7 +338,7 @@ void quantize_row_q8_K_ref(const float *x, void *blocks, int64_t n) {
             continue;
         }
         const float iscale = -127.0f / max;
-        for (int j = 0; j < QK_K; j++) b[i].qs[j] = (int8_t)clampi(nearest(iscale * x[j]), -127, 127);
+        for (int j = 0; j < QK_K; j++) b[i].qs[j] = (int8_t)qround(iscale * x[j], -127, 127);
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
             for (int l = 0; l < 16; l++) sum += b[i].qs[16 * j + l];
@@ -343,40 +350,67 @@ void quantize_row_q8_K_ref(const float *x, void *blocks, int64_t n) {
 
 /* ---------------------------------------------------------- k-quant search */
 
-/* Asymmetric fit of n values: x ~= s*q - m with q in [0, nmax], s >= 0, m >= 0
- * (ggml's k-quants can only subtract a min, so a sub-block of positive values
- * gets m = 0). Tries inverse scales (nmax + k/10) / (max - min) for k in
- * [-10, 10], least-squares (s, m) for each rounding, keeps the best. */
+/* Least-squares (s, b) for x ~= s*q + b with the codes q = round((x - b0) / s0)
+ * clamped to [0, nmax]; b is kept <= 0 (a k-quant min can only be subtracted).
+ * Returns 0 when the codes do not determine a positive scale. */
+static int ls_asym(const float *x, int n, int nmax, double s0, double b0, double *s, double *b) {
+    const float inv = (float)(1.0 / s0), fb0 = (float)b0;
+    double sq = 0, sqq = 0, sx = 0, sqx = 0;
+    for (int j = 0; j < n; j++) {
+        const int q = qround((x[j] - fb0) * inv, 0, nmax);
+        sq += q; sqq += (double)q * q; sx += x[j]; sqx += (double)q * x[j];
+    }
+    const double det = n * sqq - sq * sq;
+    if (det <= 0) return 0;
+    *s = (n * sqx - sq * sx) / det;
+    *b = (sqq * sx - sq * sqx) / det;
+    if (*b > 0) { *b = 0; *s = sqx / sqq; }
+    return *s > 0;
+}
+
+/* Squared error of x coded with (s, b), codes rounded to nearest. */
+static double err_asym(const float *x, int n, int nmax, double s, double b) {
+    const float inv = (float)(1.0 / s), fb = (float)b;
+    double err = 0;
+    for (int j = 0; j < n; j++) {
+        const int q = qround((x[j] - fb) * inv, 0, nmax);
+        const double e = s * q + b - x[j];
+        err += e * e;
+    }
+    return err;
+}
+
+/* Asymmetric fit of n values: x ~= s*q - m with q in [0, nmax], s >= 0, m >= 0.
+ * Tries steps (max - min) / (nmax + k/10) for k in [-8, 8], rounding from the
+ * min and, for k = -8, -4, 0, 4, 8, also from half a step above it (which fits a
+ * sub-block whose range one outlier stretched: most values then share the lowest
+ * codes), fits
+ * (s, m) by least squares to each rounding and keeps the best; then a few Lloyd
+ * rounds (re-round with the fitted pair, refit) while the error drops -- these
+ * matter for a sub-block with an outlier, where starting from the min places
+ * the low codes badly. */
 static void fit_asym(const float *x, int n, int nmax, float *s_out, float *m_out) {
     float mn = x[0], mx = x[0];
     for (int j = 1; j < n; j++) { mn = fminf(mn, x[j]); mx = fmaxf(mx, x[j]); }
     if (mn > 0.0f) mn = 0.0f;
     if (mx <= mn) { *s_out = 0.0f; *m_out = -mn; return; }
-    float best_s = (mx - mn) / nmax, best_m = -mn, best_err = INFINITY;
-    for (int k = -10; k <= 10; k++) {
-        const float iscale = (nmax + 0.1f * k) / (mx - mn);
-        double sq = 0, sqq = 0, sx = 0, sqx = 0;
-        for (int j = 0; j < n; j++) {
-            const int q = clampi(nearest(iscale * (x[j] - mn)), 0, nmax);
-            sq += q; sqq += (double)q * q; sx += x[j]; sqx += (double)q * x[j];
+    double best_s = (mx - mn) / nmax, best_b = mn, s, b;
+    double best_err = err_asym(x, n, nmax, best_s, best_b);
+    for (int k = -8; k <= 8; k++) {
+        const double s0 = (mx - mn) / (nmax + 0.1 * k);
+        for (int half_up = 0; half_up < (k % 4 == 0 ? 2 : 1); half_up++) {
+            if (!ls_asym(x, n, nmax, s0, mn + 0.5 * half_up * s0, &s, &b)) continue;
+            const double err = err_asym(x, n, nmax, s, b);
+            if (err < best_err) { best_err = err; best_s = s; best_b = b; }
         }
-        const double det = n * sqq - sq * sq;
-        double s, b; /* x ~= s*q + b */
-        if (det <= 0) continue;
-        s = (n * sqx - sq * sx) / det;
-        b = (sqq * sx - sq * sqx) / det;
-        if (b > 0) { b = 0; s = sqx / sqq; }
-        if (s <= 0) continue;
-        double err = 0;
-        for (int j = 0; j < n; j++) {
-            const int q = clampi(nearest((float)((x[j] - b) / s)), 0, nmax);
-            const double e = s * q + b - x[j];
-            err += e * e;
-        }
-        if (err < best_err) { best_err = (float)err; best_s = (float)s; best_m = (float)-b; }
     }
-    *s_out = best_s;
-    *m_out = best_m;
+    for (int it = 0; it < 4 && ls_asym(x, n, nmax, best_s, best_b, &s, &b); it++) {
+        const double err = err_asym(x, n, nmax, s, b);
+        if (!(err < best_err)) break;
+        best_err = err; best_s = s; best_b = b;
+    }
+    *s_out = (float)best_s;
+    *m_out = (float)-best_b;
 }
 
 /* Symmetric fit: x ~= s*q with q in [-nneg, nneg - 1]. s is signed: mapping the
@@ -389,14 +423,15 @@ static float fit_sym(const float *x, int n, int nneg) {
         const float iscale = -(nneg + 0.1f * k) / max;
         double sqq = 0, sqx = 0;
         for (int j = 0; j < n; j++) {
-            const int q = clampi(nearest(iscale * x[j]), -nneg, nneg - 1);
+            const int q = qround(iscale * x[j], -nneg, nneg - 1);
             sqq += (double)q * q; sqx += (double)q * x[j];
         }
         if (sqq == 0) continue;
         const double s = sqx / sqq;
+        const float inv = (float)(1.0 / s);
         double err = 0;
         for (int j = 0; j < n; j++) {
-            const int q = clampi(nearest((float)(x[j] / s)), -nneg, nneg - 1);
+            const int q = qround(x[j] * inv, -nneg, nneg - 1);
             const double e = s * q - x[j];
             err += e * e;
         }
@@ -419,11 +454,29 @@ static void kquant_asym(const float *x, int n_sub, int sub_n, int nmax, int smax
     const gb_half dh = f32_to_f16(max_s / smax), dminh = f32_to_f16(max_m / smax);
     const float d = half(dh), dmin = half(dminh);
     for (int j = 0; j < n_sub; j++) {
-        sc[j] = (uint8_t)(d > 0.0f ? clampi(nearest(s[j] / d), 0, smax) : 0);
-        mq[j] = (uint8_t)(dmin > 0.0f ? clampi(nearest(m[j] / dmin), 0, smax) : 0);
-        const float ds = d * sc[j], dm = dmin * mq[j];
-        for (int l = 0; l < sub_n; l++)
-            q[j * sub_n + l] = (uint8_t)(ds > 0.0f ? clampi(nearest((x[j * sub_n + l] + dm) / ds), 0, nmax) : 0);
+        /* The 4/6-bit sub-block scale and min are coarse when one sub-block has a
+         * much larger range than the others: try the neighbours of the rounded
+         * values too and keep the pair that decodes with the least error. */
+        const float *xs = x + j * sub_n;
+        const int sc0 = d > 0.0f ? qround(s[j] / d, 0, smax + 1) : 0, m0 = dmin > 0.0f ? qround(m[j] / dmin, 0, smax + 1) : 0;
+        double best_err = INFINITY;
+        sc[j] = mq[j] = 0;
+        for (int a = sc0 - 1; a <= sc0 + 1; a++) {
+            if (a < 0 || a > smax || (a > 0 && d <= 0.0f)) continue;
+            for (int c = m0 - 1; c <= m0 + 1; c++) {
+                if (c < 0 || c > smax || (c > 0 && dmin <= 0.0f)) continue;
+                const float ds = d * a, dm = dmin * c, ids = ds > 0.0f ? 1.0f / ds : 0.0f;
+                double err = 0;
+                for (int l = 0; l < sub_n; l++) {
+                    const int qv = qround((xs[l] + dm) * ids, 0, nmax);
+                    const double e = (double)(ds * qv - dm) - xs[l];
+                    err += e * e;
+                }
+                if (err < best_err) { best_err = err; sc[j] = (uint8_t)a; mq[j] = (uint8_t)c; }
+            }
+        }
+        const float ds = d * sc[j], dm = dmin * mq[j], ids = ds > 0.0f ? 1.0f / ds : 0.0f;
+        for (int l = 0; l < sub_n; l++) q[j * sub_n + l] = (uint8_t)qround((xs[l] + dm) * ids, 0, nmax);
     }
     *d_out = dh;
     *dmin_out = dminh;
@@ -438,10 +491,24 @@ static gb_half kquant_sym(const float *x, int nneg, int sneg, uint8_t *q, int8_t
     const gb_half dh = f32_to_f16(smax_signed / -sneg);
     const float d = half(dh);
     for (int j = 0; j < 16; j++) {
-        sc[j] = (int8_t)(d != 0.0f ? clampi(nearest(s[j] / d), -sneg, sneg - 1) : 0);
-        const float ds = d * sc[j];
-        for (int l = 0; l < 16; l++)
-            q[16 * j + l] = (uint8_t)((ds != 0.0f ? clampi(nearest(x[16 * j + l] / ds), -nneg, nneg - 1) : 0) + nneg);
+        /* as in kquant_asym: the rounded sub-block scale or a neighbour */
+        const float *xs = x + 16 * j;
+        const int sc0 = d != 0.0f ? qround(s[j] / d, -sneg - 1, sneg) : 0;
+        double best_err = INFINITY;
+        sc[j] = 0;
+        for (int a = sc0 - 1; a <= sc0 + 1; a++) {
+            if (a < -sneg || a > sneg - 1 || (a != 0 && d == 0.0f)) continue;
+            const float ds = d * a, ids = ds != 0.0f ? 1.0f / ds : 0.0f;
+            double err = 0;
+            for (int l = 0; l < 16; l++) {
+                const int qv = qround(xs[l] * ids, -nneg, nneg - 1);
+                const double e = (double)(ds * qv) - xs[l];
+                err += e * e;
+            }
+            if (err < best_err) { best_err = err; sc[j] = (int8_t)a; }
+        }
+        const float ds = d * sc[j], ids = ds != 0.0f ? 1.0f / ds : 0.0f;
+        for (int l = 0; l < 16; l++) q[16 * j + l] = (uint8_t)(qround(xs[l] * ids, -nneg, nneg - 1) + nneg);
     }
     return dh;
 }
@@ -602,9 +669,20 @@ void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *b
     }
 }
 
-/* Follows mlx/backend/cpu/quantized.cpp `quantize` (affine, bits >= 2): the
- * larger-magnitude edge of the group is made exactly representable (code 0 or
- * code 2^bits - 1), which leaves the scale negative when that edge is the max. */
+/* Follows MLX's Metal kernel `affine_quantize` (mlx/backend/metal/kernels/
+ * quantized.h), which is what produced most mlx-community checkpoints:
+ *   w_max = max(0, max of the group)   (the kernel starts its max at 0)
+ *   w_min = min of the group
+ *   scale = max((w_max - w_min) / (2^bits - 1), 1e-7), negated unless |w_min| > |w_max|
+ *   edge  = the extreme of larger magnitude; q0 = round(edge / scale)
+ *   if q0 != 0: scale = edge / q0, bias = edge   (the edge, and zero, land exactly on codes)
+ *   else:       bias = 0
+ *   q = min(round((w - bias) / scale), 2^bits - 1)    round = half away from zero
+ * So the scale is negative (codes count down from the max) when the max is the
+ * larger edge. MLX's CPU quantizer differs only in ties (rint, half to even) and in
+ * starting w_max at -inf instead of 0 (groups of all-negative values). Codes are
+ * computed from the f32 scale and bias, which are then stored rounded to sb_type,
+ * as MLX does. */
 void quantize_row_mlx_ref(const float *x, uint32_t *words, void *scales, void *biases,
                           enum gb_type sb_type, int bits, int group_size, int64_t n) {
     mlx_check(bits, group_size, n);
@@ -612,17 +690,17 @@ void quantize_row_mlx_ref(const float *x, uint32_t *words, void *scales, void *b
     memset(words, 0, (size_t)(n * bits / 32) * sizeof *words);
     for (int64_t g = 0; g < n / group_size; g++) {
         const float *xg = x + g * group_size;
-        float w_min = INFINITY, w_max = -INFINITY;
+        float w_min = FLT_MAX, w_max = 0.0f;
         for (int j = 0; j < group_size; j++) { w_max = fmaxf(w_max, xg[j]); w_min = fminf(w_min, xg[j]); }
-        const int mask = fabsf(w_min) > fabsf(w_max);
+        const int side = fabsf(w_min) > fabsf(w_max);
         float scale = fmaxf((w_max - w_min) / n_bins, eps);
-        scale = mask ? scale : -scale;
-        const float edge = mask ? w_min : w_max;
-        const float q0 = rintf(edge / scale);
+        scale = side ? scale : -scale;
+        const float edge = side ? w_min : w_max;
+        const float q0 = roundf(edge / scale);
         float bias = 0.0f;
         if (q0 != 0.0f) { scale = edge / q0; bias = edge; }
         for (int j = 0; j < group_size; j++) {
-            float q = rintf((xg[j] - bias) / scale);
+            float q = roundf((xg[j] - bias) / scale);
             q = fminf(fmaxf(q, 0.0f), n_bins);
             const int64_t bit = (g * group_size + j) * bits;
             const uint64_t v = (uint64_t)q << (bit % 32);

@@ -64,11 +64,14 @@ struct gb_quant_fns quant_fns(enum gb_type t);
  * n must be a multiple of group_size and of 32 (group_size in {32, 64, 128}). */
 void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *biases,
                         enum gb_type sb_type, int bits, int group_size, float *y, int64_t n);
-/* The inverse, as MLX's affine quantizer does it: per group, with w_min/w_max the
- * extremes, scale = (w_max - w_min) / (2^bits - 1) (at least a tiny epsilon), and
- * the edge of smaller magnitude made exactly representable; bias = the adjusted
- * minimum; q = round((w - bias) / scale) clamped to [0, 2^bits - 1]. scales and
- * biases are written in sb_type. bits in {2, 3, 4, 6, 8}. */
+/* The inverse, as MLX's affine quantizer (its Metal kernel) does it: per group,
+ * scale = (max(0, w_max) - w_min) / (2^bits - 1) (at least 1e-7), then adjusted so
+ * the edge of larger magnitude (and zero) fall exactly on codes; bias = that edge;
+ * q = round((w - bias) / scale) clamped to [0, 2^bits - 1]; details in quant_ref.c.
+ * The scale comes out negative when the max is the larger edge. scales and biases
+ * are written in sb_type. bits in {2, 3, 4, 6, 8}. Error: within one step
+ * (w_max - w_min) / (2^bits - 1) of the input, plus the rounding of scale and bias
+ * to sb_type. */
 void quantize_row_mlx_ref(const float *x, uint32_t *words, void *scales, void *biases,
                           enum gb_type sb_type, int bits, int group_size, int64_t n);
 
