@@ -39,6 +39,11 @@ typedef struct gerbil_model_params {
     int n_threads;        /* <= 0: number of online CPUs */
     int use_mmap;         /* 1: read weights in place from the file mapping; 0 (default):
                              copy them into memory at load, which decodes faster */
+    /* 1: run every matmul through the scalar reference (weights dequantized row by row,
+     * f32 activations, double sums). Slow; for checking numerics. The default fast
+     * kernels quantize activations to 8-bit blocks for GGUF quantized weights, as
+     * llama.cpp does. */
+    int reference_kernels;
     /* Called while loading with bytes done of total (may be NULL). */
     void (*progress)(void *user, const char *path, size_t done, size_t total);
     void *progress_user;
@@ -153,6 +158,20 @@ int32_t gerbil_tokenizer_eos(gerbil_tokenizer_t tok);
 /* The chat template found beside the tokenizer (tokenizer_config.json "chat_template",
  * or chat_template.jinja), or NULL. name selects one of a named list (NULL: "default"). */
 const char *gerbil_tokenizer_chat_template(gerbil_tokenizer_t tok, const char *name);
+/* The tokenizer stored in a GGUF file's metadata (tokenizer.ggml.*), interpreted as
+ * llama.cpp does and encoded by the same pipeline as tokenizer.json. Supported
+ * tokenizer.ggml.model: "gpt2" (byte-level BPE; tokenizer.ggml.pre selects the regex
+ * split: default, llama3/llama-bpe, qwen2, gpt-2, deepseek-*, starcoder, falcon, ...),
+ * "llama" (SentencePiece: scores, byte fallback, add_space_prefix), "bert" (WordPiece)
+ * and "t5" (Unigram, only without a precompiled_charsmap). Control and unknown tokens
+ * are special added tokens, user-defined ones plain added tokens; add_bos_token /
+ * add_eos_token decide what gerbil_tokenize(add_special=1) adds; bos/eos come from
+ * tokenizer.ggml.bos_token_id / eos_token_id; gerbil_tokenizer_chat_template returns
+ * tokenizer.chat_template ("default") and tokenizer.chat_template.NAME. Errors:
+ * GERBIL_ERR_IO (unreadable), GERBIL_ERR_FORMAT (corrupt file, tokens missing, arrays
+ * of the wrong type or length, merges naming unknown tokens, ids out of range),
+ * GERBIL_ERR_UNSUPPORTED (unknown model or pre-tokenizer type); *out is NULL then. */
+gerbil_status gerbil_tokenizer_load_gguf(const char *path, gerbil_tokenizer_t *out);
 
 /* Streaming detokenizer: feed ids one at a time, get text that is always whole UTF-8
  * characters (bytes of an incomplete character are held back until it completes). */

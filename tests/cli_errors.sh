@@ -53,7 +53,7 @@ expect_fail "prompt longer than context" "exceed|does not fit the context" \
     "$G" run --model $M --ids 1,2,3,4,5,6 --ctx-size 4 --temperature 0 -n 2
 
 # missing / corrupt files
-expect_fail "missing dir" "no config.json" "$G" info --model "$T/nope"
+expect_fail "missing dir" "no such file or directory" "$G" info --model "$T/nope"
 mkdir -p "$T/trunc" && cp $FX/qwen2-f32/*.json "$T/trunc/"
 head -c 100000 $FX/qwen2-f32/model.safetensors > "$T/trunc/model.safetensors"
 expect_fail "truncated safetensors" "model.safetensors" "$G" info --model "$T/trunc"

@@ -6,18 +6,25 @@
 
 #include "base/threadpool.h"
 #include "tensor/tensor.h"
+#include "tensor/weight.h"
 
 #include <stdint.h>
 
 struct backend {
     threadpool_t *tp;
+    void *work;          /* scratch for quantized matmuls (x quantized to 8-bit blocks) */
+    size_t work_size;
+    int reference;       /* matmuls through matmul_w_ref (checking numerics) */
 };
 
-/* y[t][:] = x[t][:] . W^T (+ bias); W is [n_out][n_in] f32/f16/bf16; bias f32 [n_out] or NULL. */
-void op_matmul(struct backend *be, float *y, const float *x, const struct gb_tensor *w,
+/* y[t][:] = x[t][:] . W^T (+ bias); W is [n_out][n_in] in any stored format
+ * (tensor/weight.h); bias f32 [n_out] or NULL. */
+void op_matmul(struct backend *be, float *y, const float *x, const struct gb_weight *w,
                const float *bias, int n_tok);
+/* Scratch op_matmul needs for w with up to n_tok rows. */
+size_t op_matmul_work_size(const struct gb_weight *w, int n_tok);
 /* y[t][:] = rows ids[t] of the embedding table E [n_vocab][n_embd] as f32. */
-void op_get_rows(struct backend *be, float *y, const struct gb_tensor *e, const int32_t *ids, int n_tok);
+void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok);
 /* RMSNorm over rows of width n: y = x / sqrt(mean(x^2) + eps) * w. y may alias x. */
 void op_rmsnorm(float *y, const float *x, const float *w, float eps, int n_rows, int n);
 /* y[i] = silu(g[i]) * u[i]. */
@@ -32,6 +39,10 @@ void op_add(float *y, const float *x, long n);
  * multiplied by scale. */
 void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
              int n_tok, int n_heads, int head_dim, int n_rot);
+/* The same rotation over adjacent pairs (x[2i], x[2i+1]) (GPT-J / llama.cpp "norm"
+ * layout), for checkpoints whose q/k rows were permuted to it. */
+void op_rope_interleaved(float *x, const int32_t *pos, const float *inv_freq, float scale,
+                         int n_tok, int n_heads, int head_dim, int n_rot);
 
 /* Causal attention of n_tok queries at positions pos0 .. pos0+n_tok-1 against the
  * cache rows 0 .. pos0+n_tok-1 (already holding this batch's keys and values).

@@ -168,6 +168,71 @@ static gerbil_status read_sliding(const cJSON *root, const char *path, struct mo
     return GERBIL_OK;
 }
 
+int model_arch_from_name(const char *hf_class, const char *model_type, enum model_arch *out) {
+    for (int i = 0; i < ARCH_COUNT; i++) {
+        if ((hf_class && strcmp(hf_class, arch_table[i].hf_class) == 0) ||
+            (!hf_class && model_type && strcmp(model_type, arch_table[i].model_type) == 0)) {
+            *out = arch_table[i].arch;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static gerbil_status read_mlx_quant(const cJSON *root, const char *path, struct model_config *cfg) {
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization");
+    if (!q || cJSON_IsNull(q)) q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (!q || cJSON_IsNull(q)) return GERBIL_OK;
+    if (!cJSON_IsObject(q)) return err_set(GERBIL_ERR_FORMAT, "%s: \"quantization\" must be an object", path);
+    /* Other quantizers (GPTQ, AWQ, bitsandbytes, fp8...) write quantization_config
+     * with a quant_method; only MLX's affine scheme (bits + group_size) is read here. */
+    const char *method = json_get_str(q, "quant_method", NULL);
+    if (method && strcmp(method, "mlx") != 0 && strcmp(method, "affine") != 0)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: quantization method \"%s\" is not supported "
+                       "(supported: MLX affine safetensors, GGUF)", path, method);
+    struct mlx_quant *m = &cfg->mlx;
+    m->bits = (int)json_get_int(q, "bits", 0);
+    m->group_size = (int)json_get_int(q, "group_size", 64);
+    const char *mode = json_get_str(q, "mode", "affine");
+    if (strcmp(mode, "affine") != 0)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: MLX quantization mode \"%s\" is not supported (only affine)",
+                       path, mode);
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, q) n += cJSON_IsObject(e) || cJSON_IsFalse(e);
+    if (n) {
+        m->over = calloc((size_t)n, sizeof *m->over);
+        if (!m->over) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    }
+    cJSON_ArrayForEach(e, q) {
+        if (!cJSON_IsObject(e) && !cJSON_IsFalse(e)) continue;
+        struct mlx_quant_override *o = &m->over[m->n_over++];
+        if (!(o->module = strdup(e->string))) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+        o->bits = cJSON_IsFalse(e) ? 0 : (int)json_get_int(e, "bits", m->bits);
+        o->group_size = cJSON_IsFalse(e) ? 0 : (int)json_get_int(e, "group_size", m->group_size);
+    }
+    for (int i = -1; i < m->n_over; i++) {
+        int bits = i < 0 ? m->bits : m->over[i].bits, gs = i < 0 ? m->group_size : m->over[i].group_size;
+        if (i >= 0 && bits == 0) continue;
+        if (bits != 2 && bits != 3 && bits != 4 && bits != 6 && bits != 8)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: MLX quantization with %d bits%s%s is not supported "
+                           "(2, 3, 4, 6 or 8)", path, bits, i >= 0 ? " for " : "", i >= 0 ? m->over[i].module : "");
+        if (gs != 32 && gs != 64 && gs != 128)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: MLX group size %d is not supported (32, 64 or 128)", path, gs);
+    }
+    return GERBIL_OK;
+}
+
+void mlx_quant_for(const struct mlx_quant *q, const char *module, int *bits, int *group_size) {
+    *bits = q->bits;
+    *group_size = q->group_size;
+    for (int i = 0; i < q->n_over; i++)
+        if (strcmp(q->over[i].module, module) == 0) {
+            *bits = q->over[i].bits;
+            *group_size = q->over[i].group_size;
+        }
+}
+
 static gerbil_status parse_config(const cJSON *root, const char *path, struct model_config *cfg) {
     if (!cJSON_IsObject(root)) return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path);
 
@@ -176,15 +241,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
         cls = cJSON_GetArrayItem(archs, 0)->valuestring;
     const char *mtype = json_get_str(root, "model_type", NULL);
-    int found = 0;
-    for (int i = 0; i < ARCH_COUNT && !found; i++) {
-        if ((cls && strcmp(cls, arch_table[i].hf_class) == 0) ||
-            (!cls && mtype && strcmp(mtype, arch_table[i].model_type) == 0)) {
-            cfg->arch = arch_table[i].arch;
-            found = 1;
-        }
-    }
-    if (!found)
+    if (model_arch_from_name(cls, mtype, &cfg->arch) != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED,
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
@@ -238,6 +295,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     read_eos(root, cfg);
     GB_TRY(read_rope(root, path, cfg));
     GB_TRY(read_sliding(root, path, cfg));
+    GB_TRY(read_mlx_quant(root, path, cfg));
     return GERBIL_OK;
 }
 
@@ -268,4 +326,7 @@ gerbil_status model_config_load(const char *dir, struct model_config *cfg) {
 void model_config_free(struct model_config *cfg) {
     free(cfg->layer_sliding);
     cfg->layer_sliding = NULL;
+    for (int i = 0; i < cfg->mlx.n_over; i++) free(cfg->mlx.over[i].module);
+    free(cfg->mlx.over);
+    memset(&cfg->mlx, 0, sizeof cfg->mlx);
 }

@@ -33,6 +33,21 @@ struct rope_config {
 
 enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
 
+/* MLX affine quantization declared in config.json ("quantization" or
+ * "quantization_config"): defaults plus per-module overrides keyed by the module
+ * path ("model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 8}, or false for
+ * a module left unquantized). */
+struct mlx_quant_override {
+    char *module;
+    int bits, group_size; /* bits 0: not quantized */
+};
+
+struct mlx_quant {
+    int bits, group_size; /* bits 0: the checkpoint is not MLX-quantized */
+    int n_over;
+    struct mlx_quant_override *over;
+};
+
 struct model_config {
     enum model_arch arch;
     char arch_name[64];        /* as in config.json "architectures" */
@@ -54,6 +69,9 @@ struct model_config {
     uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
     struct rope_config rope;
     char dtype[16];            /* torch_dtype / dtype as declared */
+    struct mlx_quant mlx;
+    int rope_interleaved;      /* rotate pairs (2i, 2i+1): GGUF "llama" checkpoints, whose
+                                  q/k rows the converter permuted for it */
     int32_t bos_id;            /* -1: none */
     int n_eos;
     int32_t eos_ids[MODEL_MAX_EOS];
@@ -62,6 +80,13 @@ struct model_config {
 /* Read dir/config.json (+ dir/generation_config.json when present) and validate. */
 gerbil_status model_config_load(const char *dir, struct model_config *cfg);
 void model_config_free(struct model_config *cfg);
+/* The MLX quantization of module (e.g. "model.layers.3.self_attn.q_proj"): bits 0 = plain. */
+void mlx_quant_for(const struct mlx_quant *q, const char *module, int *bits, int *group_size);
+/* Fill cfg from a GGUF file's metadata (src/model/config_gguf.c). */
+struct gguf_file;
+gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
+/* Shared by both loaders: the architecture from its HF class or model_type name. */
+int model_arch_from_name(const char *hf_class, const char *model_type, enum model_arch *out);
 const char *model_arch_name(enum model_arch a);
 
 #endif

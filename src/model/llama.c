@@ -18,45 +18,27 @@ struct binder {
     size_t f32_left;
 };
 
-static gerbil_status check_shape(const struct gb_tensor *t, const char *name, int64_t d0, int64_t d1) {
-    const int want_dims = d1 > 0 ? 2 : 1;
-    if (t->n_dims != want_dims || t->ne[0] != d0 || (want_dims == 2 && t->ne[1] != d1)) {
-        char got[96] = "";
-        int off = 0;
-        for (int i = 0; i < t->n_dims && off < (int)sizeof got - 24; i++)
-            off += snprintf(got + off, sizeof got - (size_t)off, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
-        if (want_dims == 2)
-            return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld, %lld], found [%s]", name,
-                           (long long)d0, (long long)d1, got);
-        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld], found [%s]", name,
-                       (long long)d0, got);
-    }
-    if (!type_traits(t->type)->is_float)
-        return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s is not a float type (F32, F16, BF16)",
-                       name, type_name(t->type));
-    /* Kernels read elements through typed pointers; files from save_pretrained are aligned. */
-    if ((uintptr_t)t->data % type_traits(t->type)->type_size)
-        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name,
-                       type_traits(t->type)->type_size);
-    return GERBIL_OK;
-}
-
+/* A matrix in whatever format the source stores it. */
 static gerbil_status get_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols,
-                                const struct gb_tensor **out) {
-    const struct gb_tensor *t = st_checkpoint_find(&b->m->ck, name);
-    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
-    GB_TRY(check_shape(t, name, rows, cols));
-    b->m->weight_bytes += t->nbytes;
-    b->m->n_params += tensor_nelements(t);
-    *out = t;
+                                struct gb_weight *out) {
+    GB_TRY(wsrc_matrix(&b->m->src, name, rows, cols, out));
+    b->m->weight_bytes += weight_nbytes(out);
+    b->m->n_params += rows * cols;
     return GERBIL_OK;
 }
 
 /* A vector (norm weight, bias) converted to f32 once at load. */
 static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, const float **out) {
-    const struct gb_tensor *t = st_checkpoint_find(&b->m->ck, name);
+    const struct gb_tensor *t = wsrc_find(&b->m->src, name);
     if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
-    GB_TRY(check_shape(t, name, n, 0));
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld]", name, (long long)n);
+    if (!type_traits(t->type)->is_float)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s is not a float type (F32, F16, BF16)",
+                       name, type_name(t->type));
+    if ((uintptr_t)t->data % type_traits(t->type)->type_size)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name,
+                       type_traits(t->type)->type_size);
     GB_ASSERT((size_t)n <= b->f32_left);
     type_to_f32(t->type, t->data, b->f32_next, n);
     *out = b->f32_next;
@@ -84,7 +66,7 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
-        if (!st_checkpoint_find(&m->ck, "lm_head.weight"))
+        if (!wsrc_find(&m->src, "lm_head.weight"))
             return err_set(GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\" "
                            "(config.json says tie_word_embeddings is false)");
         GB_TRY(get_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
@@ -128,7 +110,7 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all) {
     struct gerbil_model *m = s->model;
     const struct model_config *c = &m->cfg;
-    struct backend *be = &m->be;
+    struct backend *be = &s->be;
     const int D = c->n_embd, F = c->n_ff, hd = c->head_dim;
     const int KV = c->n_head_kv * hd;
     const int pos0 = s->n_past;
@@ -139,21 +121,23 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale);
 
     float *x = s->x, *xn = s->xn;
-    op_get_rows(be, x, m->tok_embd, ids, n);                       /* x = embed(ids) */
+    void (*rope)(float *, const int32_t *, const float *, float, int, int, int, int) =
+        c->rope_interleaved ? op_rope_interleaved : op_rope;
+    op_get_rows(be, x, &m->tok_embd, ids, n);                       /* x = embed(ids) */
 
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
         /* attention block */
         op_rmsnorm(xn, x, w->attn_norm, c->norm_eps, n, D);          /* xn = norm(x) */
-        op_matmul(be, s->q, xn, w->wq, w->bq, n);                    /* q = xn Wq^T */
-        op_matmul(be, s->k, xn, w->wk, w->bk, n);                    /* k = xn Wk^T */
-        op_matmul(be, s->v, xn, w->wv, w->bv, n);                    /* v = xn Wv^T */
+        op_matmul(be, s->q, xn, &w->wq, w->bq, n);                    /* q = xn Wq^T */
+        op_matmul(be, s->k, xn, &w->wk, w->bk, n);                    /* k = xn Wk^T */
+        op_matmul(be, s->v, xn, &w->wv, w->bv, n);                    /* v = xn Wv^T */
         if (w->q_norm) {                                             /* Qwen3: per-head norms */
             op_rmsnorm(s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
             op_rmsnorm(s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
         }
-        op_rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
-        op_rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
+        rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
+        rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
         op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);   /* cache k, v */
         op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
         struct attn_args aa = {
@@ -164,15 +148,15 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
             .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
         };
         op_attention(be, &aa);                                       /* att = softmax(q k^T) v */
-        op_matmul(be, xn, s->att, w->wo, w->bo, n);                  /* xn = att Wo^T */
+        op_matmul(be, xn, s->att, &w->wo, w->bo, n);                  /* xn = att Wo^T */
         op_add(x, xn, (long)n * D);                                  /* x += attention */
 
         /* feed-forward block (SwiGLU) */
         op_rmsnorm(xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
-        op_matmul(be, s->gate, xn, w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
-        op_matmul(be, s->up, xn, w->w_up, w->b_up, n);               /* up = xn Wu^T */
+        op_matmul(be, s->gate, xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
+        op_matmul(be, s->up, xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
         op_silu_mul(s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
-        op_matmul(be, xn, s->gate, w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+        op_matmul(be, xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
         op_add(x, xn, (long)n * D);                                  /* x += ffn */
     }
 
@@ -181,6 +165,6 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     const float *rows = all ? x : x + (size_t)(n - 1) * D;
     const int n_rows = all ? n : 1;
     op_rmsnorm(xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
-    op_matmul(be, logits, xn, m->lm_head, NULL, n_rows);             /* logits = xn E^T */
+    op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);             /* logits = xn E^T */
     return GERBIL_OK;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { DEFAULT_MAX_CTX = 4096, DEFAULT_BATCH = 512 };
 
@@ -16,6 +17,11 @@ gerbil_session_params gerbil_session_default_params(void) {
     return (gerbil_session_params){.n_ctx = 0, .kv_type = GERBIL_KV_F16};
 }
 
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *params,
                                 gerbil_model_t *out) {
     *out = NULL;
@@ -23,15 +29,34 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
     gerbil_model_params p = params ? *params : gerbil_model_default_params();
     struct gerbil_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(GERBIL_ERR_NOMEM, "out of memory");
-    gerbil_status st = model_config_load(path, &m->cfg);
-    if (st != GERBIL_OK) goto fail;
     struct st_load_opts lo = {.in_memory = !p.use_mmap, .progress = p.progress, .user = p.progress_user};
-    st = st_checkpoint_open_opts(path, &lo, &m->ck);
-    if (st != GERBIL_OK) goto fail;
+    gerbil_status st;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        free(m);
+        return err_set(GERBIL_ERR_IO, "%s: no such file or directory (expected a Hugging Face model folder "
+                       "or a .gguf file)", path);
+    }
+    if (is_dir(path)) {
+        /* a Hugging Face folder: config.json + safetensors (plain or MLX-quantized) */
+        st = model_config_load(path, &m->cfg);
+        if (st != GERBIL_OK) goto fail;
+        st = st_checkpoint_open_opts(path, &lo, &m->src.ck);
+        if (st != GERBIL_OK) goto fail;
+    } else {
+        /* a single GGUF file */
+        m->src.is_gguf = 1;
+        st = gguf_open(path, &lo, &m->src.gg);
+        if (st != GERBIL_OK) goto fail;
+        st = model_config_from_gguf(&m->src.gg, path, &m->cfg);
+        if (st != GERBIL_OK) goto fail;
+    }
+    m->src.mlx = &m->cfg.mlx;
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
-    m->be.tp = tp_create(p.n_threads);
-    if (!m->be.tp) { st = GERBIL_ERR_NOMEM; goto fail; }
+    m->reference_kernels = p.reference_kernels;
+    m->tp = tp_create(p.n_threads);
+    if (!m->tp) { st = GERBIL_ERR_NOMEM; goto fail; }
     *out = m;
     return GERBIL_OK;
 fail:
@@ -41,8 +66,8 @@ fail:
 
 void gerbil_model_free(gerbil_model_t m) {
     if (!m) return;
-    tp_free(m->be.tp);
-    st_checkpoint_close(&m->ck);
+    tp_free(m->tp);
+    wsrc_close(&m->src);
     model_config_free(&m->cfg);
     free(m->layers);
     free(m->f32_store);
@@ -68,16 +93,18 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     const struct model_config *c = &m->cfg;
     /* dtype histogram over the weights actually bound */
     int64_t by_type[GB_TYPE_COUNT] = {0};
-    for (int i = 0; i < st_checkpoint_n_tensors(&m->ck); i++) {
-        const struct gb_tensor *t = st_checkpoint_at(&m->ck, i);
+    int64_t n_elems = 0;
+    for (int i = 0; i < wsrc_n_tensors(&m->src); i++) {
+        const struct gb_tensor *t = wsrc_at(&m->src, i);
         by_type[t->type] += tensor_nelements(t);
+        n_elems += tensor_nelements(t);
     }
     char dtypes[128] = "";
     size_t off = 0;
     for (int t = 0; t < GB_TYPE_COUNT; t++)
         if (by_type[t] && off < sizeof dtypes)
             off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
-                                    type_name((enum gb_type)t), 100.0 * by_type[t] / (double)m->n_params);
+                                    type_name((enum gb_type)t), 100.0 * by_type[t] / (double)n_elems);
     int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
     double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
     const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
@@ -94,7 +121,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              "rope:           %s, theta %g, factor %g, %d rotary dims\n"
              "sliding window: %d\n"
              "tied embedding: %s\n"
-             "weights:        %.1f MiB (mmap'd, read in place)\n"
+             "weights:        %.1f MiB (read in their stored format)\n"
              "kv cache:       %.1f MiB at %d tokens (f16), %.1f KiB/token\n"
              "memory needed:  %.1f MiB (weights + f16 kv cache at %d tokens)\n",
              c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, c->n_embd, c->n_ff,
@@ -122,9 +149,26 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     s->n_batch = n_ctx < DEFAULT_BATCH ? n_ctx : DEFAULT_BATCH;
     s->kv_type = p.kv_type == GERBIL_KV_F32 ? GB_TYPE_F32 : GB_TYPE_F16;
     const size_t B = (size_t)s->n_batch, elt = type_traits(s->kv_type)->type_size;
+    s->be.tp = m->tp;
+    s->be.reference = m->reference_kernels;
+    /* scratch for the largest quantized matmul of one batch */
+    const struct gb_weight *all[] = {&m->tok_embd, &m->lm_head};
+    for (int i = 0; i < 2; i++) {
+        size_t w = op_matmul_work_size(all[i], s->n_batch);
+        if (w > s->be.work_size) s->be.work_size = w;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        const struct layer_weights *lw = &m->layers[l];
+        const struct gb_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (int i = 0; i < 7; i++) {
+            size_t w = op_matmul_work_size(ws[i], s->n_batch);
+            if (w > s->be.work_size) s->be.work_size = w;
+        }
+    }
     const size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_head_kv * c->head_dim;
-    s->k_cache = calloc((size_t)c->n_layer, sizeof(void *));
-    s->v_cache = calloc((size_t)c->n_layer, sizeof(void *));
+    const size_t n_layer = (unsigned)c->n_layer;
+    s->k_cache = calloc(n_layer, sizeof(void *));
+    s->v_cache = calloc(n_layer, sizeof(void *));
     int ok = s->k_cache && s->v_cache;
     /* calloc: pages of context never reached are never touched, so never resident. */
     for (int l = 0; ok && l < c->n_layer; l++) {
@@ -141,11 +185,12 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         s->v = malloc(B * KV * sizeof(float));
         s->gate = malloc(B * c->n_ff * sizeof(float));
         s->up = malloc(B * c->n_ff * sizeof(float));
-        s->attn_scratch = malloc((size_t)tp_n_threads(m->be.tp) * n_ctx * sizeof(float));
+        s->attn_scratch = malloc((size_t)tp_n_threads(m->tp) * n_ctx * sizeof(float));
+        if (s->be.work_size) s->be.work = malloc(s->be.work_size);
         s->inv_freq = malloc((size_t)c->rope.n_dims / 2 * sizeof(float));
         s->pos = malloc(B * sizeof(int32_t));
         ok = s->x && s->xn && s->q && s->att && s->k && s->v && s->gate && s->up && s->attn_scratch &&
-             s->inv_freq && s->pos;
+             s->inv_freq && s->pos && (!s->be.work_size || s->be.work);
     }
     if (!ok) {
         gerbil_session_free(s);
@@ -164,7 +209,7 @@ void gerbil_session_free(gerbil_session_t s) {
     free(s->k_cache);
     free(s->v_cache);
     free(s->x); free(s->xn); free(s->q); free(s->att); free(s->k); free(s->v);
-    free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->pos);
+    free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->pos); free(s->be.work);
     free(s);
 }
 

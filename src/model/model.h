@@ -1,33 +1,34 @@
-/* A loaded model: hyperparameters + weight views into the mmap'd checkpoint. */
+/* A loaded model: hyperparameters + weight views into the loaded checkpoint. */
 #ifndef GB_MODEL_H
 #define GB_MODEL_H
 
 #include "backend/ops.h"
-#include "io/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 struct layer_weights {
     const float *attn_norm;           /* (n_embd) */
-    const struct gb_tensor *wq;       /* (n_head * head_dim, n_embd) */
-    const struct gb_tensor *wk;       /* (n_head_kv * head_dim, n_embd) */
-    const struct gb_tensor *wv;       /* (n_head_kv * head_dim, n_embd) */
-    const struct gb_tensor *wo;       /* (n_embd, n_head * head_dim) */
+    struct gb_weight wq;       /* (n_head * head_dim, n_embd) */
+    struct gb_weight wk;       /* (n_head_kv * head_dim, n_embd) */
+    struct gb_weight wv;       /* (n_head_kv * head_dim, n_embd) */
+    struct gb_weight wo;       /* (n_embd, n_head * head_dim) */
     const float *bq, *bk, *bv, *bo;   /* biases or NULL */
     const float *q_norm, *k_norm;     /* (head_dim) Qwen3, else NULL */
     const float *ffn_norm;            /* (n_embd) */
-    const struct gb_tensor *w_gate;   /* (n_ff, n_embd) */
-    const struct gb_tensor *w_up;     /* (n_ff, n_embd) */
-    const struct gb_tensor *w_down;   /* (n_embd, n_ff) */
+    struct gb_weight w_gate;   /* (n_ff, n_embd) */
+    struct gb_weight w_up;     /* (n_ff, n_embd) */
+    struct gb_weight w_down;   /* (n_embd, n_ff) */
     const float *b_gate, *b_up, *b_down;
 };
 
 struct gerbil_model {
     struct model_config cfg;
-    struct st_checkpoint ck;
-    struct backend be;
-    const struct gb_tensor *tok_embd; /* (n_vocab, n_embd) */
+    struct weight_source src;
+    threadpool_t *tp;
+    int reference_kernels;
+    struct gb_weight tok_embd;        /* (n_vocab, n_embd) */
     const float *out_norm;            /* (n_embd) */
-    const struct gb_tensor *lm_head;  /* (n_vocab, n_embd); == tok_embd when tied */
+    struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
     struct layer_weights *layers;     /* [n_layer] */
     float *f32_store;                 /* norms and biases converted to f32, one block */
     size_t weight_bytes;
@@ -38,6 +39,7 @@ struct gerbil_model {
  * nothing is allocated while decoding). */
 struct gerbil_session {
     struct gerbil_model *model;
+    struct backend be;                /* the model's thread pool + this session's matmul scratch */
     int n_ctx, n_past, n_batch;
     enum gb_type kv_type;
     void **k_cache, **v_cache;        /* [n_layer] -> (n_ctx, n_head_kv * head_dim) */

@@ -9,21 +9,25 @@
 #include <math.h>
 #include <string.h>
 
-void op_matmul(struct backend *be, float *y, const float *x, const struct gb_tensor *w,
+void op_matmul(struct backend *be, float *y, const float *x, const struct gb_weight *w,
                const float *bias, int n_tok) {
-    GB_ASSERT(w->n_dims == 2);
-    const int n_out = (int)w->ne[0], n_in = (int)w->ne[1];
-    matmul(be->tp, y, x, w->data, w->type, n_tok, n_in, n_out);
+    const int n_out = (int)w->n_out;
+    if (be->reference) {
+        matmul_w_ref(y, x, w, n_tok);
+    } else {
+        GB_ASSERT(matmul_w_work_size(w, n_tok) <= be->work_size);
+        matmul_w(be->tp, y, x, w, n_tok, be->work);
+    }
     if (bias)
         for (int t = 0; t < n_tok; t++) op_add(y + (size_t)t * n_out, bias, n_out);
 }
 
-void op_get_rows(struct backend *be, float *y, const struct gb_tensor *e, const int32_t *ids, int n_tok) {
-    const int64_t n = e->ne[1];
-    const size_t row = type_row_size(e->type, n);
+size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) { return matmul_w_work_size(w, n_tok); }
+
+void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok) {
     for (int t = 0; t < n_tok; t++) {
-        GB_ASSERT(ids[t] >= 0 && ids[t] < e->ne[0]);
-        type_to_f32(e->type, (const char *)e->data + (size_t)ids[t] * row, y + (size_t)t * n, n);
+        GB_ASSERT(ids[t] >= 0 && ids[t] < e->n_out);
+        weight_get_row(e, ids[t], y + (size_t)t * e->n_in);
     }
 }
 
@@ -64,6 +68,28 @@ void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
                 float a = v[i], b = v[i + half];
                 v[i] = a * cs[i] - b * sn[i];
                 v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+void op_rope_interleaved(float *x, const int32_t *pos, const float *inv_freq, float scale,
+                         int n_tok, int n_heads, int head_dim, int n_rot) {
+    const int half = n_rot / 2;
+    float cs[512], sn[512];
+    GB_ASSERT(half <= 512);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < half; i++) {
+            float ang = (float)pos[t] * inv_freq[i];
+            cs[i] = (float)cos((double)ang) * scale;
+            sn[i] = (float)sin((double)ang) * scale;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                v[2 * i] = a * cs[i] - b * sn[i];
+                v[2 * i + 1] = b * cs[i] + a * sn[i];
             }
         }
     }

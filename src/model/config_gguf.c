@@ -1,0 +1,141 @@
+/* Hyperparameters of a GGUF checkpoint from its metadata ({arch}.* keys as llama.cpp
+ * writes them), mapped onto the same model_config the Hugging Face loader fills. */
+#include "base/status.h"
+#include "io/gguf.h"
+#include "model/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *gguf;
+    enum model_arch arch;
+} gguf_archs[] = {
+    {"llama", ARCH_LLAMA},
+    {"qwen2", ARCH_QWEN2},
+    {"qwen3", ARCH_QWEN3},
+};
+
+enum { OPTIONAL_ZERO_OK = 1 };
+
+/* "{arch}.{suffix}" as a u32: def when absent; a zero is an error unless zero_ok. */
+static gerbil_status arch_u32_x(const struct gguf_file *f, const char *arch, const char *suffix, uint32_t def,
+                                int zero_ok, const char *path, uint32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    GB_TRY(gguf_get_u32(f, key, def, out));
+    if (*out == 0 && !zero_ok)
+        return err_set(GERBIL_ERR_FORMAT, "%s: missing or zero metadata \"%s\"", path, key);
+    return GERBIL_OK;
+}
+
+static gerbil_status arch_u32(const struct gguf_file *f, const char *arch, const char *suffix, uint32_t def,
+                              const char *path, uint32_t *out) {
+    return arch_u32_x(f, arch, suffix, def, 0, path, out);
+}
+
+static gerbil_status arch_f32(const struct gguf_file *f, const char *arch, const char *suffix, float def,
+                              float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_f32(f, key, def, out);
+}
+
+gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->bos_id = -1;
+    const char *arch = gguf_get_str(f, "general.architecture");
+    if (!arch) return err_set(GERBIL_ERR_FORMAT, "%s: no general.architecture in the metadata", path);
+    int found = 0;
+    for (size_t i = 0; i < sizeof gguf_archs / sizeof gguf_archs[0]; i++)
+        if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
+    if (!found)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
+                       "(supported: llama, qwen2, qwen3)", path, arch);
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
+
+    uint32_t v;
+    GB_TRY(arch_u32(f, arch, "embedding_length", 0, path, &v)); cfg->n_embd = (int)v;
+    GB_TRY(arch_u32(f, arch, "block_count", 0, path, &v)); cfg->n_layer = (int)v;
+    GB_TRY(arch_u32(f, arch, "feed_forward_length", 0, path, &v)); cfg->n_ff = (int)v;
+    GB_TRY(arch_u32(f, arch, "attention.head_count", 0, path, &v)); cfg->n_head = (int)v;
+    GB_TRY(arch_u32(f, arch, "attention.head_count_kv", (uint32_t)cfg->n_head, path, &v)); cfg->n_head_kv = (int)v;
+    GB_TRY(arch_u32(f, arch, "context_length", 2048, path, &v)); cfg->n_ctx_train = (int)v;
+    if (cfg->n_layer > MODEL_MAX_LAYERS || cfg->n_embd > (1 << 20) || cfg->n_ff > (1 << 22) || cfg->n_head > 4096)
+        return err_set(GERBIL_ERR_FORMAT, "%s: absurd hyperparameters in the metadata", path);
+    if (cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv)
+        return err_set(GERBIL_ERR_FORMAT, "%s: head_count %d not a multiple of head_count_kv %d", path, cfg->n_head,
+                       cfg->n_head_kv);
+    GB_TRY(arch_u32(f, arch, "attention.key_length", (uint32_t)(cfg->n_embd / cfg->n_head), path, &v));
+    cfg->head_dim = (int)v;
+    GB_TRY(arch_u32(f, arch, "attention.value_length", (uint32_t)cfg->head_dim, path, &v));
+    if ((int)v != cfg->head_dim)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: value_length %u differs from key_length %d", path, v, cfg->head_dim);
+    GB_TRY(arch_f32(f, arch, "attention.layer_norm_rms_epsilon", 1e-6f, &cfg->norm_eps));
+    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: layer_norm_rms_epsilon must be positive", path);
+
+    const struct gb_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) return err_set(GERBIL_ERR_FORMAT, "%s: no 2-D tensor \"token_embd.weight\"", path);
+    cfg->n_vocab = (int)emb->ne[0];
+    cfg->tie_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
+    switch (cfg->arch) {
+    case ARCH_LLAMA:
+        /* the converter permutes llama q/k rows so llama.cpp can rotate adjacent pairs */
+        cfg->rope_interleaved = 1;
+        cfg->attn_qkv_bias = gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
+        cfg->attn_o_bias = gguf_find_tensor(f, "blk.0.attn_output.bias") != NULL;
+        cfg->mlp_bias = gguf_find_tensor(f, "blk.0.ffn_up.bias") != NULL;
+        break;
+    case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;
+    case ARCH_QWEN3: cfg->qk_norm = 1; break;
+    default: break;
+    }
+
+    struct rope_config *r = &cfg->rope;
+    float theta;
+    GB_TRY(arch_f32(f, arch, "rope.freq_base", 10000.0f, &theta));
+    r->theta = theta;
+    GB_TRY(arch_u32(f, arch, "rope.dimension_count", (uint32_t)cfg->head_dim, path, &v));
+    r->n_dims = (int)v;
+    if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
+        return err_set(GERBIL_ERR_FORMAT, "%s: rope.dimension_count %d for head_dim %d", path, r->n_dims, cfg->head_dim);
+    r->max_pos = cfg->n_ctx_train;
+    r->type = ROPE_DEFAULT;
+    r->factor = 1.0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *st = gguf_get_str(f, key);
+    if (st && strcmp(st, "none") != 0) {
+        float factor;
+        GB_TRY(arch_f32(f, arch, "rope.scaling.factor", 0.0f, &factor));
+        r->factor = factor;
+        GB_TRY(arch_u32(f, arch, "rope.scaling.original_context_length", (uint32_t)cfg->n_ctx_train, path, &v));
+        r->orig_max_pos = (int)v;
+        if (!strcmp(st, "linear")) r->type = ROPE_LINEAR;
+        else if (!strcmp(st, "yarn")) {
+            r->type = ROPE_YARN;
+            r->beta_fast = 32.0;
+            r->beta_slow = 1.0;
+            r->truncate = 1;
+        } else return err_set(GERBIL_ERR_UNSUPPORTED, "%s: rope scaling \"%s\" is not supported", path, st);
+        if (!(r->factor > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: rope.scaling.factor must be positive", path);
+    }
+
+    cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_sliding) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    GB_TRY(arch_u32_x(f, arch, "attention.sliding_window", 0, OPTIONAL_ZERO_OK, path, &v));
+    if (v) {
+        cfg->sliding_window = (int)v;
+        for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
+    }
+
+    GB_TRY(gguf_get_u32(f, "tokenizer.ggml.bos_token_id", UINT32_MAX, &v));
+    if (v != UINT32_MAX) cfg->bos_id = (int32_t)v;
+    GB_TRY(gguf_get_u32(f, "tokenizer.ggml.eos_token_id", UINT32_MAX, &v));
+    if (v != UINT32_MAX) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    GB_TRY(gguf_get_u32(f, "tokenizer.ggml.eot_token_id", UINT32_MAX, &v));
+    if (v != UINT32_MAX && (cfg->n_eos == 0 || cfg->eos_ids[0] != (int32_t)v)) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    snprintf(cfg->dtype, sizeof cfg->dtype, "gguf");
+    return GERBIL_OK;
+}

@@ -1,0 +1,152 @@
+#include "model/weights.h"
+#include "base/status.h"
+
+#include <stdint.h>
+
+#include <stdio.h>
+#include <string.h>
+
+/* Hugging Face module names -> GGUF tensor names, as llama.cpp's converter writes them. */
+static const struct { const char *hf, *gguf; } layer_names[] = {
+    {"input_layernorm", "attn_norm"},
+    {"self_attn.q_proj", "attn_q"},
+    {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"},
+    {"self_attn.o_proj", "attn_output"},
+    {"self_attn.q_norm", "attn_q_norm"},
+    {"self_attn.k_norm", "attn_k_norm"},
+    {"post_attention_layernorm", "ffn_norm"},
+    {"mlp.gate_proj", "ffn_gate"},
+    {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"},
+};
+
+static int gguf_name(const char *hf, char *out, size_t cap) {
+    static const struct { const char *hf, *gguf; } top[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.norm.weight", "output_norm.weight"},
+        {"lm_head.weight", "output.weight"},
+    };
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap ? 0 : -1;
+    int layer, n = 0;
+    if (sscanf(hf, "model.layers.%d.%n", &layer, &n) != 1 || n == 0) return -1;
+    const char *rest = hf + n;
+    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
+        size_t len = strlen(layer_names[i].hf);
+        if (!strncmp(rest, layer_names[i].hf, len) && rest[len] == '.')
+            return snprintf(out, cap, "blk.%d.%s%s", layer, layer_names[i].gguf, rest + len) < (int)cap ? 0 : -1;
+    }
+    return -1;
+}
+
+const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name) {
+    if (!s->is_gguf) return st_checkpoint_find(&s->ck, hf_name);
+    char name[256];
+    if (gguf_name(hf_name, name, sizeof name)) return NULL;
+    return gguf_find_tensor(&s->gg, name);
+}
+
+int wsrc_n_tensors(const struct weight_source *s) {
+    return s->is_gguf ? s->gg.n_tensors : st_checkpoint_n_tensors(&s->ck);
+}
+
+const struct gb_tensor *wsrc_at(const struct weight_source *s, int i) {
+    return s->is_gguf ? &s->gg.tensors[i] : st_checkpoint_at(&s->ck, i);
+}
+
+void wsrc_close(struct weight_source *s) {
+    if (s->is_gguf) gguf_close(&s->gg);
+    else st_checkpoint_close(&s->ck);
+}
+
+static gerbil_status shape_error(const struct gb_tensor *t, const char *name, int64_t d0, int64_t d1) {
+    char got[96] = "";
+    int off = 0;
+    for (int i = 0; i < t->n_dims && off < (int)sizeof got - 24; i++)
+        off += snprintf(got + off, sizeof got - (size_t)off, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
+    return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld, %lld], found [%s]", name, (long long)d0,
+                   (long long)d1, got);
+}
+
+static int has_shape(const struct gb_tensor *t, int64_t d0, int64_t d1) {
+    return t->n_dims == 2 && t->ne[0] == d0 && t->ne[1] == d1;
+}
+
+static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) {
+    size_t a = type_traits(t->type)->type_size;
+    if (a > 8) a = 2; /* block types: their f16 fields */
+    if ((uintptr_t)t->data % a)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name, a);
+    return GERBIL_OK;
+}
+
+/* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
+static gerbil_status mlx_matrix(const struct weight_source *s, const char *name, const struct gb_tensor *t,
+                                int64_t rows, int64_t cols, struct gb_weight *out) {
+    char module[256], sn[272], bn[272];
+    size_t len = strlen(name);
+    if (len < 8 || strcmp(name + len - 7, ".weight") || len - 7 >= sizeof module)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX scales beside a tensor not named *.weight", name);
+    memcpy(module, name, len - 7);
+    module[len - 7] = 0;
+    snprintf(sn, sizeof sn, "%s.scales", module);
+    snprintf(bn, sizeof bn, "%s.biases", module);
+    const struct gb_tensor *sc = wsrc_find(s, sn), *bi = wsrc_find(s, bn);
+    int bits, gs;
+    mlx_quant_for(s->mlx, module, &bits, &gs);
+    if (bits == 0)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\" has MLX scales but config.json declares no quantization "
+                       "for \"%s\"", name, module);
+    if (!bi) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\" (MLX affine quantization needs biases)", bn);
+    if (cols % gs || (cols * bits) % 32)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": %lld columns do not split into groups of %d at %d bits",
+                       name, (long long)cols, gs, bits);
+    if (t->type != GB_TYPE_U32 || !has_shape(t, rows, cols * bits / 32)) {
+        if (t->type != GB_TYPE_U32)
+            return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX %d-bit weights must be U32, found %s", name, bits,
+                           type_name(t->type));
+        return shape_error(t, name, rows, cols * bits / 32);
+    }
+    for (int k = 0; k < 2; k++) {
+        const struct gb_tensor *x = k ? bi : sc;
+        const char *xn = k ? bn : sn;
+        if (!has_shape(x, rows, cols / gs)) return shape_error(x, xn, rows, cols / gs);
+        if (!type_traits(x->type)->is_float || x->type != sc->type)
+            return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX scales and biases must share a float type "
+                           "(found %s and %s)", xn, type_name(sc->type), type_name(bi->type));
+        GB_TRY(check_aligned(x, xn));
+    }
+    GB_TRY(check_aligned(t, name));
+    *out = (struct gb_weight){
+        .kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = rows, .n_in = cols, .data = t->data,
+        .row_bytes = (size_t)(cols * bits / 8), .bits = bits, .group_size = gs, .sb_type = sc->type,
+        .scales = sc->data, .biases = bi->data, .name = t->name,
+    };
+    return GERBIL_OK;
+}
+
+gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64_t rows, int64_t cols,
+                          struct gb_weight *out) {
+    const struct gb_tensor *t = wsrc_find(s, name);
+    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
+    if (!s->is_gguf) {
+        char sn[272];
+        size_t len = strlen(name);
+        if (len > 7 && !strcmp(name + len - 7, ".weight")) {
+            snprintf(sn, sizeof sn, "%.*s.scales", (int)(len - 7), name);
+            if (wsrc_find(s, sn)) return mlx_matrix(s, name, t, rows, cols, out);
+        }
+    }
+    if (!has_shape(t, rows, cols)) return shape_error(t, name, rows, cols);
+    const struct gb_type_traits *tt = type_traits(t->type);
+    if (!tt->is_float && !tt->is_quant)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s cannot be a weight matrix", name,
+                       type_name(t->type));
+    GB_TRY(check_aligned(t, name));
+    *out = (struct gb_weight){
+        .kind = GB_WEIGHT_PLAIN, .type = t->type, .n_out = rows, .n_in = cols, .data = t->data,
+        .row_bytes = type_row_size(t->type, cols), .name = t->name,
+    };
+    return GERBIL_OK;
+}

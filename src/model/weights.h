@@ -1,0 +1,30 @@
+/* Where a model's tensors come from: a Hugging Face folder (safetensors, plain or MLX
+ * affine-quantized) or a GGUF file. The binder asks for tensors by their Hugging Face
+ * names; GGUF names are translated (blk.N.attn_q.weight, ...). */
+#ifndef GB_WEIGHTS_H
+#define GB_WEIGHTS_H
+
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "tensor/weight.h"
+
+struct weight_source {
+    int is_gguf;
+    struct st_checkpoint ck;
+    struct gguf_file gg;
+    const struct mlx_quant *mlx;  /* from config.json; bits 0 when not MLX */
+};
+
+/* NULL when absent. */
+const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name);
+int wsrc_n_tensors(const struct weight_source *s);
+const struct gb_tensor *wsrc_at(const struct weight_source *s, int i);
+/* A [rows][cols] matrix named hf_name ("...weight"): a float type, a GGML block type,
+ * or MLX affine (hf_name's .scales/.biases beside it). The message names the tensor
+ * and what was expected when the shape or type is wrong. */
+gerbil_status wsrc_matrix(const struct weight_source *s, const char *hf_name, int64_t rows, int64_t cols,
+                          struct gb_weight *out);
+void wsrc_close(struct weight_source *s);
+
+#endif
