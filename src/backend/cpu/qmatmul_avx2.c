@@ -43,20 +43,22 @@ static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 /* ---- Q4_K ------------------------------------------------------------------------- */
 
-/* 8 6-bit scales and 8 6-bit mins of a Q4_K/Q5_K super-block. */
-static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+/* The 8 6-bit scales and 8 6-bit mins of a Q4_K/Q5_K super-block, one byte each, as
+ * two u64 (sub-block j in byte j). Bytes 0..3 hold scales 0..3 (low 6 bits) and the
+ * top 2 bits of scales 4..7; bytes 4..7 the same for the mins; bytes 8..11 the low
+ * 4 bits of scales 4..7 (low nibbles) and mins 4..7 (high nibbles). */
+static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&a2, s + 8, 4);
+    *sc = (uint64_t)(a0 & 0x3f3f3f3fu) | (uint64_t)((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
+    *mn = (uint64_t)(a1 & 0x3f3f3f3fu) | (uint64_t)(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
 }
 
-/* mins replicated per group of 16: m0 m0 m1 m1 ... as 16 int16 */
-static ALWAYS_INLINE __m256i mins16(const uint8_t mn[8]) {
-    __m128i m = _mm_loadl_epi64((const __m128i *)mn);
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+/* byte k of every 8 bytes (k < 8) as 16 int16 lanes: pshufb control (k, zero) */
+static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | k)));
 }
 
 /* T tokens; Q5_K when qh5 (adds bit 2c / 2c + 1 of qh as the fifth bit). */
@@ -73,8 +75,9 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
         const uint8_t *scales = b + 4;
         const uint8_t *qh = q5 ? b + 4 + K_SCALE_SIZE : NULL;
         const uint8_t *qs = b + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
-        uint8_t sc[8], mn[8];
-        scales_k4(scales, sc, mn);
+        uint64_t sc, mn;
+        scales_k4(scales, &sc, &mn);
+        __m256i scv = _mm256_set1_epi64x((long long)sc);
         __m256i sumi[NT];
         for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
         __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -86,7 +89,7 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
             }
-            __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+            __m256i s0 = bcast_byte16(scv, 2 * c), s1 = bcast_byte16(scv, 2 * c + 1);
 #pragma GCC unroll 4
             for (int u = 0; u < T; u++) {
                 const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
@@ -98,7 +101,8 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
             }
         }
         float d = h2f(dh), dmin = h2f(mh);
-        __m256i m16 = mins16(mn);
+        __m128i m8 = _mm_cvtsi64_si128((long long)mn); /* mins per group of 16: m0 m0 m1 m1 ... */
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 #pragma GCC unroll 4
         for (int u = 0; u < T; u++) {
             const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;

@@ -1,0 +1,153 @@
+/* matmul_w micro-benchmark over quantized weights on Qwen3-0.6B shapes (1024 x 3072):
+ *   decode  (n_tok = 1): GB/s of weight bytes streamed (codes + scales), for one
+ *           matrix (from the last-level cache: the kernel's compute roof) and over a
+ *           set of matrices totalling >= 512 MiB walked in turn, so every call reads
+ *           from DRAM;
+ *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add), same walk.
+ * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), fast and
+ * scalar kernels, 1 and 2 threads. Reports the fastest call and the median: on a
+ * shared machine other load only ever slows a call down.
+ * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] */
+#include "backend/cpu/kernels.h"
+#include "base/fp16.h"
+#include "base/timer.h"
+#include "tensor/quant_ref.h"
+#include "tensor/weight.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_IN = 1024, N_OUT = 3072, PREFILL_TOK = 128, MAX_CALLS = 4096 };
+#define BIG_BYTES ((size_t)512 << 20)
+
+static unsigned long long rng = 88172645463325252ULL;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+struct fmt {
+    const char *name;
+    int mlx_bits;      /* 0: GGML type */
+    enum gb_type type;
+};
+
+/* n_w matrices sharing nothing, each a full copy of a pattern of quantized rows. */
+static struct gb_weight *make_set(const struct fmt *f, int *n_w_out, void **mem_out) {
+    struct gb_weight proto = {.n_out = N_OUT, .n_in = N_IN};
+    size_t rb, sb_bytes = 0;
+    if (f->mlx_bits) {
+        proto.kind = GB_WEIGHT_MLX;
+        proto.type = GB_TYPE_U32;
+        proto.bits = f->mlx_bits;
+        proto.group_size = 64;
+        proto.sb_type = GB_TYPE_F16;
+        rb = (size_t)N_IN * f->mlx_bits / 8;
+        sb_bytes = (size_t)N_OUT * (N_IN / 64) * 2;
+    } else {
+        proto.kind = GB_WEIGHT_PLAIN;
+        proto.type = f->type;
+        rb = type_row_size(f->type, N_IN);
+    }
+    proto.row_bytes = rb;
+    size_t mat_bytes = rb * N_OUT + 2 * sb_bytes;
+    int n_w = (int)((BIG_BYTES + mat_bytes - 1) / mat_bytes);
+    char *mem = malloc(mat_bytes * (size_t)n_w);
+    struct gb_weight *ws = malloc(sizeof *ws * (size_t)n_w);
+    /* one matrix made properly, then copied */
+    float *src = malloc(sizeof(float) * N_IN);
+    for (int o = 0; o < N_OUT; o++) {
+        for (int i = 0; i < N_IN; i++) src[i] = frand() * 0.05f;
+        if (f->mlx_bits)
+            quantize_row_mlx_ref(src, (uint32_t *)(mem + (size_t)o * rb), mem + rb * N_OUT + (size_t)o * (N_IN / 64) * 2,
+                                 mem + rb * N_OUT + sb_bytes + (size_t)o * (N_IN / 64) * 2, GB_TYPE_F16, f->mlx_bits, 64,
+                                 N_IN);
+        else if (o < 64)
+            quant_fns(f->type).from_float(src, mem + (size_t)o * rb, N_IN);
+        else
+            memcpy(mem + (size_t)o * rb, mem + (size_t)(o % 64) * rb, rb);
+    }
+    free(src);
+    for (int k = 0; k < n_w; k++) {
+        char *m = mem + (size_t)k * mat_bytes;
+        if (k) memcpy(m, mem, mat_bytes);
+        ws[k] = proto;
+        ws[k].data = m;
+        if (f->mlx_bits) {
+            ws[k].scales = m + rb * N_OUT;
+            ws[k].biases = m + rb * N_OUT + sb_bytes;
+        }
+    }
+    *n_w_out = n_w;
+    *mem_out = mem;
+    return ws;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void measure(threadpool_t *tp, const struct gb_weight *ws, int n_w, int n_tok, float *y, const float *x,
+                    void *work, double budget, double *best, double *median) {
+    static double times[MAX_CALLS];
+    matmul_w(tp, y, x, &ws[0], n_tok, work);
+    double t_end = time_now_s() + budget;
+    int calls = 0;
+    do {
+        double t0 = time_now_s();
+        matmul_w(tp, y, x, &ws[calls % n_w], n_tok, work);
+        times[calls++] = time_now_s() - t0;
+    } while (calls < MAX_CALLS && (calls < 3 || time_now_s() < t_end));
+    qsort(times, (size_t)calls, sizeof times[0], cmp_double);
+    *best = times[0];
+    *median = times[calls / 2];
+}
+
+int main(int argc, char **argv) {
+    double budget = argc > 1 ? atof(argv[1]) : 0.5;
+    const char *filter = argc > 2 ? argv[2] : NULL;
+    static const struct fmt fmts[] = {
+        {"Q4_K", 0, GB_TYPE_Q4_K}, {"Q6_K", 0, GB_TYPE_Q6_K}, {"Q8_0", 0, GB_TYPE_Q8_0},
+        {"Q5_K", 0, GB_TYPE_Q5_K}, {"Q4_0", 0, GB_TYPE_Q4_0},
+        {"MLX4", 4, GB_TYPE_U32},  {"MLX8", 8, GB_TYPE_U32},
+    };
+    threadpool_t *tps[2] = {tp_create(1), tp_create(2)};
+    float *x = malloc(sizeof(float) * N_IN * PREFILL_TOK), *y = malloc(sizeof(float) * N_OUT * PREFILL_TOK);
+    for (int i = 0; i < N_IN * PREFILL_TOK; i++) x[i] = frand();
+    printf("matmul_w %d x %d, AVX2: %s\n", N_OUT, N_IN, cpu_has_avx2() ? "yes" : "no");
+    printf("%-5s %-6s %3s  %-17s  %-17s   %s\n", "fmt", "kernel", "thr", "decode GB/s, L3", "decode GB/s, DRAM",
+           "prefill-128 GFLOP/s (each: best / median)");
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        if (filter && !strstr(filter, fmts[f].name)) continue;
+        int n_w;
+        void *mem;
+        struct gb_weight *ws = make_set(&fmts[f], &n_w, &mem);
+        size_t wbytes = weight_nbytes(&ws[0]);
+        void *work = malloc(matmul_w_work_size(&ws[0], PREFILL_TOK) + 64);
+        for (int scalar = 0; scalar < 2; scalar++) {
+            cpu_force_ref(scalar);
+            for (int t = 0; t < 2; t++) {
+                double b1, m1, bp, mp, bc, mc;
+                measure(tps[t], ws, 1, 1, y, x, work, budget / 2, &bc, &mc);
+                measure(tps[t], ws, n_w, 1, y, x, work, budget, &b1, &m1);
+                measure(tps[t], ws, n_w, PREFILL_TOK, y, x, work, scalar ? budget / 4 : budget, &bp, &mp);
+                double flops = 2.0 * PREFILL_TOK * N_IN * N_OUT;
+                printf("%-5s %-6s %3d  %7.1f / %-7.1f  %7.1f / %-7.1f   %7.1f / %-7.1f\n", fmts[f].name,
+                       scalar ? "scalar" : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
+                       wbytes / m1 * 1e-9, flops / bp * 1e-9, flops / mp * 1e-9);
+                fflush(stdout);
+            }
+        }
+        cpu_force_ref(0);
+        free(work);
+        free(ws);
+        free(mem);
+    }
+    tp_free(tps[0]);
+    tp_free(tps[1]);
+    free(x);
+    free(y);
+    return 0;
+}
