@@ -1,10 +1,12 @@
 /* gerbil tokenize --model DIR [--special] (TEXT | -)      -> {"ids": [...]}
- * gerbil tokenize --model DIR --decode 1,2,3 [--skip-special] -> {"text": "..."} */
+ * gerbil tokenize --model DIR --decode 1,2,3 [--skip-special] -> {"text": "..."}
+ * DIR may also be a .gguf file: its tokenizer.ggml.* metadata is the tokenizer. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void help(FILE *f) {
     fprintf(f, "usage: gerbil tokenize --model DIR [--special] (TEXT | -)\n"
@@ -13,7 +15,8 @@ static void help(FILE *f) {
                "JSON {\"ids\": [...]}; with --decode prints {\"text\": \"...\"}. Added and special\n"
                "tokens written in the text are recognised as Hugging Face tokenizers does.\n\noptions:\n"
                "      --model DIR      a folder holding tokenizer.json (tokenizer_config.json is\n"
-               "                       used as transformers' AutoTokenizer does), or a tokenizer.json file\n"
+               "                       used as transformers' AutoTokenizer does), a tokenizer.json file,\n"
+               "                       or a .gguf file (the vocabulary in its tokenizer.ggml.* metadata)\n"
                "      --special        add the special tokens of the post-processor (BOS etc.),\n"
                "                       as add_special_tokens=True\n"
                "      --decode LIST    decode comma-separated ids instead\n"
@@ -83,7 +86,9 @@ int cmd_tokenize(int argc, char **argv) {
     int n = 0;
     if (decode && cli_parse_ids(decode, &ids, &n)) return 2;
     gerbil_tokenizer_t tok;
-    gerbil_status st = gerbil_tokenizer_load(model, &tok);
+    size_t ml = strlen(model);
+    int gguf = ml >= 5 && !strcasecmp(model + ml - 5, ".gguf");
+    gerbil_status st = gguf ? gerbil_tokenizer_load_gguf(model, &tok) : gerbil_tokenizer_load(model, &tok);
     if (st != GERBIL_OK) {
         free(ids);
         return cli_fail("cannot load the tokenizer", st);
