@@ -1,6 +1,7 @@
 /* End to end on a real trained model: Karpathy's stories260K (Llama architecture,
- * GQA, tied embeddings) in its Hugging Face layout must reproduce llama2.c's
- * published greedy outputs token for token. Skips when ../shared/data is absent. */
+ * GQA, tied embeddings), both in its Hugging Face layout and as GGUF (llama.cpp's
+ * layout: interleaved RoPE), must reproduce llama2.c's published greedy outputs token
+ * for token. Skips when ../shared/data is absent. */
 #include "gerbil.h"
 #include "io/json.h"
 #include "test.h"
@@ -61,11 +62,13 @@ static void check_case(gerbil_model_t m, const char *file, const char *prompt_ke
 int main(void) {
     struct stat st;
     if (stat(DATA "/hf/model.safetensors", &st) != 0) SKIP("%s not found (shared test data absent)", DATA);
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int run = 0; run < 3; run++) {
+        const int threads = run == 1 ? 2 : 1;
+        const char *path = run < 2 ? DATA "/hf" : DATA "/gguf/stories260K-f32.gguf";
         gerbil_model_params mp = gerbil_model_default_params();
         mp.n_threads = threads;
         gerbil_model_t m;
-        gerbil_status s = gerbil_model_load(DATA "/hf", &mp, &m);
+        gerbil_status s = gerbil_model_load(path, &mp, &m);
         CHECKF(s == GERBIL_OK, "%s", gerbil_last_error());
         if (s != GERBIL_OK) break;
         check_case(m, "greedy_from_bos_256.json", "start_ids", "output_ids");
