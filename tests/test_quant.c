@@ -249,8 +249,9 @@ static void test_roundtrip(void) {
 }
 
 /* (c) MLX affine. Packing is written here the way MLX's CPU code lays bytes out:
- * power-of-two bits fill u32 words low bits first; 3 bits: 8 codes in 3 bytes, 6
- * bits: 4 codes in 3 bytes, each pack a little-endian bit string. */
+ * power-of-two bits fill u32 words low bits first; 3 bits: 8 codes in 3 bytes, 5
+ * bits: 8 codes in 5 bytes, 6 bits: 4 codes in 3 bytes, each pack a little-endian
+ * bit string. */
 static void mlx_pack(const uint8_t *q, int n, int bits, uint32_t *words) {
     uint8_t *bytes = calloc((size_t)n * bits / 8, 1);
     if (bits == 2 || bits == 4 || bits == 8) {
@@ -261,13 +262,11 @@ static void mlx_pack(const uint8_t *q, int n, int bits, uint32_t *words) {
             for (int k = 0; k < 4; k++) bytes[4 * w + k] = (uint8_t)(v >> (8 * k));
         }
     } else {
-        const int per = bits == 3 ? 8 : 4;
+        const int per = bits == 6 ? 4 : 8, nbytes = per * bits / 8; /* 3 or 5 bytes a pack */
         for (int p = 0; p < n / per; p++) {
-            uint32_t v = 0; /* 24 bits */
-            for (int k = 0; k < per; k++) v |= (uint32_t)q[p * per + k] << (k * bits);
-            bytes[3 * p] = (uint8_t)v;
-            bytes[3 * p + 1] = (uint8_t)(v >> 8);
-            bytes[3 * p + 2] = (uint8_t)(v >> 16);
+            uint64_t v = 0;
+            for (int k = 0; k < per; k++) v |= (uint64_t)q[p * per + k] << (k * bits);
+            for (int k = 0; k < nbytes; k++) bytes[nbytes * p + k] = (uint8_t)(v >> (8 * k));
         }
     }
     memcpy(words, bytes, (size_t)n * bits / 8); /* u32 words are little-endian */
@@ -280,14 +279,14 @@ static float sb_get(enum gb_type t, const void *p, int i) {
 }
 
 static void test_mlx(void) {
-    const int bitss[] = {2, 3, 4, 6, 8}, gss[] = {32, 64, 128};
+    const int bitss[] = {2, 3, 4, 5, 6, 8}, gss[] = {32, 64, 128};
     const enum gb_type sbs[] = {GB_TYPE_F32, GB_TYPE_F16, GB_TYPE_BF16};
     enum { N = 512 };
     uint8_t q[N];
     uint32_t words[N * 8 / 32];
     float x[N], y[N], sc32[N / 32], bi32[N / 32];
     uint16_t sc16[N / 32], bi16[N / 32];
-    for (int bi = 0; bi < 5; bi++) {
+    for (int bi = 0; bi < 6; bi++) {
         const int bits = bitss[bi];
         for (int gi = 0; gi < 3; gi++) {
             const int gs = gss[gi], ng = N / gs;

@@ -1,8 +1,10 @@
 /* Reference conversions for the GGML block types and MLX affine quantization.
  *
- * Dequantizers follow ggml's definitions operation for operation, so their f32
- * results are bit-identical to ggml's scalar code (with FP contraction off, which
- * is the default for -std=c11).
+ * Dequantizers follow ggml's definitions operation for operation (same f32
+ * products and sums in the same order), so they match ggml's scalar code bit for
+ * bit -- as long as neither side fuses a*b+c into an FMA: -std=c11 keeps
+ * contraction off here; a ggml built in GNU mode with -mfma may differ in the
+ * last bit.
  *
  * Quantizers. Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_K use ggml's simple reference
  * rules (amax/min-max scales). The k-quants (Q2_K..Q6_K) use our own search, in the
@@ -34,6 +36,7 @@ static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? 
 /* ---------------------------------------------------------------- dequantize */
 
 void dequantize_row_q8_0(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK8_0 == 0);
     const block_q8_0 *b = blocks;
     for (int64_t i = 0; i < n / QK8_0; i++) {
         const float d = half(b[i].d);
@@ -42,6 +45,7 @@ void dequantize_row_q8_0(const void *blocks, float *y, int64_t n) {
 }
 
 void dequantize_row_q4_0(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK4_0 == 0);
     const block_q4_0 *b = blocks;
     for (int64_t i = 0; i < n / QK4_0; i++) {
         const float d = half(b[i].d);
@@ -54,6 +58,7 @@ void dequantize_row_q4_0(const void *blocks, float *y, int64_t n) {
 }
 
 void dequantize_row_q4_1(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK4_1 == 0);
     const block_q4_1 *b = blocks;
     for (int64_t i = 0; i < n / QK4_1; i++) {
         const float d = half(b[i].d), m = half(b[i].m);
@@ -70,6 +75,7 @@ static inline uint32_t load_u32le(const uint8_t *p) {
 }
 
 void dequantize_row_q5_0(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK5_0 == 0);
     const block_q5_0 *b = blocks;
     for (int64_t i = 0; i < n / QK5_0; i++) {
         const float d = half(b[i].d);
@@ -85,6 +91,7 @@ void dequantize_row_q5_0(const void *blocks, float *y, int64_t n) {
 }
 
 void dequantize_row_q5_1(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK5_1 == 0);
     const block_q5_1 *b = blocks;
     for (int64_t i = 0; i < n / QK5_1; i++) {
         const float d = half(b[i].d), m = half(b[i].m);
@@ -103,6 +110,7 @@ void dequantize_row_q5_1(const void *blocks, float *y, int64_t n) {
  * Codes: each 128-element half uses 32 bytes of qs; element h*128 + 32*k + l sits
  * in qs[h*32 + l] at bits 2k..2k+1. x = d*scale*q - dmin*min. */
 void dequantize_row_q2_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q2_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half(b[i].d), dmin = half(b[i].dmin);
@@ -136,6 +144,7 @@ static void q3_K_unpack_scales(const uint8_t *s, int8_t out[16]) {
  * unless the element's hmask bit is set; hmask[l] bit 4h + k for element
  * h*128 + 32*k + l. x = d * scale * code. */
 void dequantize_row_q3_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q3_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d_all = half(b[i].d);
@@ -172,6 +181,7 @@ static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
 /* Q4_K: 8 sub-blocks of 32; each 64-element chunk c uses qs[32c .. 32c+31], low
  * nibbles for sub-block 2c, high nibbles for 2c+1. x = d*sc*q - dmin*m. */
 void dequantize_row_q4_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q4_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half(b[i].d), dmin = half(b[i].dmin);
@@ -190,6 +200,7 @@ void dequantize_row_q4_K(const void *blocks, float *y, int64_t n) {
 
 /* Q5_K: Q4_K plus a fifth bit: qh[l] bit s for element 32s + l. */
 void dequantize_row_q5_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q5_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half(b[i].d), dmin = half(b[i].dmin);
@@ -212,6 +223,7 @@ void dequantize_row_q5_K(const void *blocks, float *y, int64_t n) {
  * nibble (k = 2, 3) of ql[h*64 + l + 32*(k & 1)], top two bits qh[h*32 + l] at
  * bits 2k. x = d * scale * (q - 32). */
 void dequantize_row_q6_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q6_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half(b[i].d);
@@ -234,6 +246,7 @@ void dequantize_row_q6_K(const void *blocks, float *y, int64_t n) {
 }
 
 void dequantize_row_q8_K(const void *blocks, float *y, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     const block_q8_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++)
         for (int j = 0; j < QK_K; j++) y[i * QK_K + j] = b[i].d * b[i].qs[j];
@@ -242,6 +255,7 @@ void dequantize_row_q8_K(const void *blocks, float *y, int64_t n) {
 /* ------------------------------------------------- simple block quantizers */
 
 void quantize_row_q8_0_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK8_0 == 0);
     block_q8_0 *b = blocks;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0.0f;
@@ -262,6 +276,7 @@ static float signed_absmax(const float *x, int n) {
 
 /* Q4_0/Q5_0: d = max / -2^(bits-1), so the largest-magnitude element maps to code 0. */
 void quantize_row_q4_0_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK4_0 == 0);
     block_q4_0 *b = blocks;
     for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
         const float d = signed_absmax(x, QK4_0) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -275,6 +290,7 @@ void quantize_row_q4_0_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q4_1_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK4_1 == 0);
     block_q4_1 *b = blocks;
     for (int64_t i = 0; i < n / QK4_1; i++, x += QK4_1) {
         float mn = x[0], mx = x[0];
@@ -295,6 +311,7 @@ static inline void store_u32le(uint8_t *p, uint32_t v) {
 }
 
 void quantize_row_q5_0_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK5_0 == 0);
     block_q5_0 *b = blocks;
     for (int64_t i = 0; i < n / QK5_0; i++, x += QK5_0) {
         const float d = signed_absmax(x, QK5_0) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -311,6 +328,7 @@ void quantize_row_q5_0_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q5_1_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK5_1 == 0);
     block_q5_1 *b = blocks;
     for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
         float mn = x[0], mx = x[0];
@@ -330,6 +348,7 @@ void quantize_row_q5_1_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q8_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q8_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         const float max = signed_absmax(x, QK_K);
@@ -514,6 +533,7 @@ static gb_half kquant_sym(const float *x, int nneg, int sneg, uint8_t *q, int8_t
 }
 
 void quantize_row_q2_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q2_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K], sc[16], mq[16];
@@ -528,6 +548,7 @@ void quantize_row_q2_K_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q3_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q3_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K];
@@ -559,6 +580,7 @@ static void k4_pack_scales(const uint8_t *sc, const uint8_t *m, uint8_t *out) {
 }
 
 void quantize_row_q4_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q4_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K], sc[8], mq[8];
@@ -571,6 +593,7 @@ void quantize_row_q4_K_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q5_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q5_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K], sc[8], mq[8];
@@ -587,6 +610,7 @@ void quantize_row_q5_K_ref(const float *x, void *blocks, int64_t n) {
 }
 
 void quantize_row_q6_K_ref(const float *x, void *blocks, int64_t n) {
+    GB_ASSERT(n % QK_K == 0);
     block_q6_K *b = blocks;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K];
@@ -644,7 +668,7 @@ static inline void sb_store(enum gb_type t, void *p, int64_t i, float v) {
 }
 
 static void mlx_check(int bits, int group_size, int64_t n) {
-    GB_ASSERT(bits == 2 || bits == 3 || bits == 4 || bits == 6 || bits == 8);
+    GB_ASSERT(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8);
     GB_ASSERT(group_size == 32 || group_size == 64 || group_size == 128);
     GB_ASSERT(n % group_size == 0);
 }
