@@ -7,6 +7,7 @@
  *  - malformed metadata in small GGUF files written here gives clear errors. */
 #include "gerbil.h"
 #include "test.h"
+#include "text/tok_internal.h" /* the HF tokenizer's vocabulary and merges, to write GGUFs from */
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -52,11 +53,13 @@ static void print_ids(const char *what, const int32_t *v, int n) {
 }
 
 /* ---- llama.cpp test-tokenizer-0 vectors ---- */
-static int run_vectors(const char *vocab) {
+/* The vectors of ggml-vocab-<vocab>.gguf, run on the GGUF at pg (NULL: that file). */
+static int run_vectors_on(const char *vocab, const char *pg_arg) {
     char pg[256], pin[300], pout[300];
     snprintf(pg, sizeof pg, VT "ggml-vocab-%s.gguf", vocab);
     snprintf(pin, sizeof pin, "%s.inp", pg);
     snprintf(pout, sizeof pout, "%s.out", pg);
+    if (pg_arg) snprintf(pg, sizeof pg, "%s", pg_arg);
     size_t ni, no;
     char *in = read_file(pin, &ni), *out = read_file(pout, &no);
     if (!in || !out || !file_exists(pg)) {
@@ -114,13 +117,15 @@ static int run_vectors(const char *vocab) {
         p = e ? e + strlen(sep) : NULL;
     }
     CHECKF(idx == nl, "%s: %d inputs, %d output lines", vocab, idx, nl);
-    printf("  %-10s %d/%d llama.cpp vectors\n", vocab, pass, idx);
+    printf("  %-10s %d/%d llama.cpp vectors%s\n", vocab, pass, idx, pg_arg ? " (GGUF written from the HF tokenizer.json)" : "");
     CHECK(idx >= 40);
     gerbil_tokenizer_free(tok);
     free(in);
     free(out);
     return 1;
 }
+
+static int run_vectors(const char *vocab) { return run_vectors_on(vocab, NULL); }
 
 /* ---- stories260K: GGUF vs HF folder ---- */
 static void push_text(char ***v, int *n, int *cap, const char *s, size_t len) {
@@ -596,6 +601,133 @@ static void run_synth(const char *json, int bert) {
     gerbil_tokenizer_free(h);
 }
 
+/* ---- llama3 / qwen3: byte-level BPE GGUFs written from the HF tokenizer.json the way
+ * convert_hf_to_gguf.py does (tokens by id, "a b" merges by rank, special added tokens
+ * control, other added tokens user-defined, ids without a token "[PAD<i>]" unused), then
+ * llama.cpp's llama-bpe / qwen2 vectors and the HF tokenizer on the test texts ---- */
+static int cmp_rank(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a >> 32, y = *(const uint64_t *)b >> 32;
+    return x < y ? -1 : x > y;
+}
+
+static void run_bpe_family(const char *name, const char *pre, const char *vectors) {
+    char path[300];
+    snprintf(path, sizeof path, "../shared/data/tokenizers/%s/tokenizer.json", name);
+    if (!file_exists(path)) {
+        fprintf(stderr, "  %s not found, %s skipped\n", path, vectors);
+        return;
+    }
+    gerbil_tokenizer_t h;
+    gerbil_status st = gerbil_tokenizer_load(path, &h);
+    CHECKF(st == GERBIL_OK, "%s: %s", path, gerbil_last_error());
+    if (st) return;
+    const tk_model *m = &h->model;
+    int n = gerbil_tokenizer_n_vocab(h);
+    const char **toks = calloc((size_t)n, sizeof *toks);
+    char **pads = calloc((size_t)n, sizeof *pads);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    for (int i = 0; i < n; i++) {
+        const tk_added_tok *a = tk_added_by_id(&h->added, i);
+        size_t len;
+        if (a) {
+            toks[i] = a->content;
+            types[i] = a->special ? 3 : 4;
+        } else if ((toks[i] = tk_model_token(m, i, &len))) {
+            types[i] = 1;
+        } else {
+            pads[i] = malloc(32);
+            snprintf(pads[i], 32, "[PAD%d]", i);
+            toks[i] = pads[i];
+            types[i] = 5;
+        }
+    }
+    /* merges: (a << 32 | b) -> (rank << 32 | new id); sorted by rank */
+    size_t nm = 0;
+    uint64_t *ent = malloc((m->merges.n + 1) * 2 * sizeof *ent);
+    for (size_t k = 0; m->merges.keys && k <= m->merges.mask; k++) {
+        if (m->merges.keys[k] == UINT64_MAX) continue;
+        ent[2 * nm] = m->merges.vals[k];
+        ent[2 * nm + 1] = m->merges.keys[k];
+        nm++;
+    }
+    qsort(ent, nm, 2 * sizeof *ent, cmp_rank);
+    char **merges = malloc((nm + 1) * sizeof *merges);
+    for (size_t k = 0; k < nm; k++) {
+        size_t la, lb;
+        const char *a = tk_model_token(m, (int32_t)(ent[2 * k + 1] >> 32), &la);
+        const char *b = tk_model_token(m, (int32_t)(uint32_t)ent[2 * k + 1], &lb);
+        merges[k] = malloc(la + lb + 2);
+        memcpy(merges[k], a, la);
+        merges[k][la] = ' ';
+        memcpy(merges[k] + la + 1, b, lb);
+        merges[k][la + lb + 1] = 0;
+    }
+    wbuf b = {0};
+    kv_str(&b, "general.architecture", name);
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_str(&b, "tokenizer.ggml.pre", pre);
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, n);
+    kv_i32s(&b, "tokenizer.ggml.token_type", types, n);
+    kv_strs(&b, "tokenizer.ggml.merges", (const char *const *)merges, (int)nm);
+    if (gerbil_tokenizer_bos(h) >= 0) kv_u32(&b, "tokenizer.ggml.bos_token_id", (uint32_t)gerbil_tokenizer_bos(h));
+    if (gerbil_tokenizer_eos(h) >= 0) kv_u32(&b, "tokenizer.ggml.eos_token_id", (uint32_t)gerbil_tokenizer_eos(h));
+    kv_bool(&b, "tokenizer.ggml.add_bos_token", 0);
+    char gpath[] = "/tmp/gerbil_tok_gguf_bpe_XXXXXX";
+    int fd = mkstemp(gpath);
+    if (fd >= 0) close(fd);
+    write_gguf(gpath, &b);
+    free(b.p);
+    for (size_t k = 0; k < nm; k++) free(merges[k]);
+    free(merges);
+    free(ent);
+    for (int i = 0; i < n; i++) free(pads[i]);
+    free(pads);
+    free(toks);
+    free(types);
+
+    run_vectors_on(vectors, gpath);
+    gerbil_tokenizer_t g;
+    st = gerbil_tokenizer_load_gguf(gpath, &g);
+    CHECKF(st == GERBIL_OK, "%s: %s", gpath, gerbil_last_error());
+    unlink(gpath);
+    if (st) {
+        gerbil_tokenizer_free(h);
+        return;
+    }
+    size_t len;
+    char *ex = read_file("tests/tokenizer/expected.json", &len);
+    cJSON *j = ex ? cJSON_Parse(ex) : NULL;
+    free(ex);
+    int same = 0, total = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "texts")) {
+        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!t) continue;
+        int32_t *a = NULL, *c = NULL;
+        int na = 0, nc = 0;
+        int ok = gerbil_tokenize(g, t, strlen(t), 0, &a, &na) == GERBIL_OK &&
+                 gerbil_tokenize(h, t, strlen(t), 0, &c, &nc) == GERBIL_OK && ids_eq(a, na, c, nc);
+        CHECKF(ok, "%s GGUF vs tokenizer.json: \"%.60s\"", name, t);
+        if (ok) {
+            char *da = NULL, *db = NULL;
+            size_t la = 0, lb = 0;
+            ok = gerbil_detokenize(g, a, na, 0, &da, &la) == GERBIL_OK && gerbil_detokenize(h, c, nc, 0, &db, &lb) == GERBIL_OK &&
+                 la == lb && !memcmp(da, db, la);
+            CHECKF(ok, "%s GGUF decode: \"%.60s\"", name, t);
+            free(da);
+            free(db);
+        }
+        same += ok;
+        total++;
+        free(a);
+        free(c);
+    }
+    printf("  %-10s %d/%d encodings and decodings as %s\n", name, same, total, path);
+    cJSON_Delete(j);
+    gerbil_tokenizer_free(g);
+    gerbil_tokenizer_free(h);
+}
+
 int main(void) {
     if (!file_exists("tests/test.h")) SKIP("run from the repository root");
     run_malformed();
@@ -605,6 +737,8 @@ int main(void) {
     any |= run_vectors("phi-3");
     if (!any) fprintf(stderr, "  llama.cpp vocab GGUFs not found under " VT ": those cases skipped\n");
     run_stories();
+    run_bpe_family("llama3", "llama-bpe", "llama-bpe");
+    run_bpe_family("qwen3", "qwen2", "qwen2");
     run_synth("synth_wordpiece.json", 1);
     run_synth("synth_unigram.json", 0);
     return test_done();

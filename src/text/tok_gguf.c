@@ -191,31 +191,35 @@ static gerbil_status read_meta(const struct gguf_file *f, struct gv *v) {
 struct pre_family {
     const char *names;   /* space-separated tokenizer.ggml.pre values */
     int ignore_merges;
+    int nfc;             /* the HF tokenizer normalizes to NFC first (llama.cpp does not) */
     const char *re[6];   /* applied in order, each as Split(Isolated) */
 };
 
 static const struct pre_family PRE_FAMILIES[] = {
-    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_NOWS, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"llama3 llama-v3 llama-bpe falcon3 pixtral", 1, {RE_LLAMA3}},
-    {"dbrx smaug-bpe chatglm-bpe", 0, {RE_LLAMA3}},
-    {"gpt-2 phi-2 jina-es jina-de gigachat jina-v1-en jina-v2-es jina-v2-de jina-v2-code roberta-bpe mpt olmo jais", 0,
+    {"default", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_NOWS, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"llama3 llama-v3 llama-bpe falcon3 pixtral", 1, 0, {RE_LLAMA3}},
+    {"dbrx smaug-bpe chatglm-bpe", 0, 0, {RE_LLAMA3}},
+    {"gpt-2 phi-2 jina-es jina-de gigachat jina-v1-en jina-v2-es jina-v2-de jina-v2-code roberta-bpe mpt olmo jais", 0, 0,
      {RE_GPT2}},
-    {"qwen2 stablelm2 megrez deepseek-r1-qwen", 0, {RE_QWEN2}},
-    {"starcoder refact command-r smollm codeshell exaone minerva-7b", 0, {"\\p{N}", RE_GPT2_NOWS}},
-    {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2_NOWS, "[0-9][0-9][0-9]"}},
-    {"deepseek-coder", 0, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"}},
-    {"deepseek-llm", 0,
+    /* Qwen2/2.5/3's tokenizer.json normalizes to NFC; llama.cpp skips it, which only
+     * differs on decomposed text, where NFC is what the model was trained on */
+    {"qwen2 megrez deepseek-r1-qwen", 0, 1, {RE_QWEN2}},
+    {"stablelm2", 0, 0, {RE_QWEN2}},
+    {"starcoder refact command-r smollm codeshell exaone minerva-7b", 0, 0, {"\\p{N}", RE_GPT2_NOWS}},
+    {"falcon", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2_NOWS, "[0-9][0-9][0-9]"}},
+    {"deepseek-coder", 0, 0, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"}},
+    {"deepseek-llm", 0, 0,
      {"[\\r\\n]",
       "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
       "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"}},
-    {"deepseek-v3", 0,
+    {"deepseek-v3", 0, 0,
      {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-    {"poro-chat bloom gpt3-finnish", 0, {RE_BLOOM}},
-    {"viking", 0, {RE_BLOOM, "\\p{N}"}},
-    {"tekken", 1,
+    {"poro-chat bloom gpt3-finnish", 0, 0, {RE_BLOOM}},
+    {"viking", 0, 0, {RE_BLOOM, "\\p{N}"}},
+    {"tekken", 1, 0,
      {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-    {"chameleon", 0,
+    {"chameleon", 0, 0,
      {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
       "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2_NOWS}},
 };
@@ -310,6 +314,7 @@ static gerbil_status build_stages(struct gerbil_tokenizer *t, const struct gv *v
         for (int i = 0; i < 6 && pre->re[i]; i++) items[n++] = split_isolated(pre->re[i]);
         items[n++] = bytelevel(0);
         oom = !(pt = sequence("pretokenizers", items, n)) || !(dec = bytelevel(1));
+        if (!oom && pre->nfc) oom = !(norm = obj_type("NFC"));
         break;
     }
     case GV_SPM: {
