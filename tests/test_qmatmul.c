@@ -14,9 +14,11 @@
  *    the tolerance is 1.001 A + 1e-5 S, S = sum_i (|w_i| + |m_i|) |x_i| bounding the
  *    f32 rounding of the block sums (m_i the block's min/offset term, for terms that
  *    cancel).
- *  - MLX keeps x in f32: only f32 rounding, tolerance 1e-5 S with
- *    S = sum_i (|w_i| + 2 |b_g(i)|) |x_i| (w = s q + b is summed as s (q . x) + b sum x,
- *    whose terms can be larger than w x). */
+ *  - MLX quantizes x the same way (blocks of 32) for the s_g (q . x) part only; the
+ *    b_g sum(x) part uses exact f32 sums. The 8-bit kernel uses q - 128 and adds
+ *    128 s_g sum(x) exactly, so the quantized part is s (q or q - 128) . x~ with
+ *    |s q| <= |w| + |b| and |128 s| bounded likewise: A uses |w_i| + |b_g| + 128 |s_g|
+ *    in place of |w_i|, and S = sum_i 2 (|w_i| + |b_g| + 128 |s_g|) |x_i|. */
 #include "test.h"
 
 #include "backend/cpu/kernels.h"
@@ -78,9 +80,10 @@ static int run_check(const struct gb_weight *w, const float *x, int n_tok, const
     return bad;
 }
 
-/* deq: [n_out][n_in] dequantized weights; mag: [n_out][n_in] |w| plus the
- * format's cancelling terms (see the header); act_block: 0 for f32 activations. */
-static void check_all_tok(const struct gb_weight *w, const float *deq, const float *mag, int act_block,
+/* amag: [n_out][n_in] the weight magnitudes multiplying the activation error (|w| for
+ * GGML types); mag: [n_out][n_in] |w| plus the format's cancelling terms (see the
+ * header); act_block: x quantization block. */
+static void check_all_tok(const struct gb_weight *w, const float *amag, const float *mag, int act_block,
                           unsigned long long *seed, const char *what) {
     static const int toks[] = {1, 2, 3, 7, 16};
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
@@ -93,14 +96,14 @@ static void check_all_tok(const struct gb_weight *w, const float *deq, const flo
         for (int t = 0; t < n_tok; t++) {
             const float *xt = x + (size_t)t * n_in;
             for (int o = 0; o < n_out; o++) {
-                const float *wr = deq + (size_t)o * n_in, *mr = mag + (size_t)o * n_in;
+                const float *wr = amag + (size_t)o * n_in, *mr = mag + (size_t)o * n_in;
                 double a = 0.0, s = 0.0;
-                for (int b = 0; b < n_in; b += (act_block ? act_block : n_in)) {
-                    int nb = act_block ? act_block : n_in;
+                for (int b = 0; b < n_in; b += act_block) {
+                    int nb = act_block;
                     float amax = 0.0f;
                     for (int i = b; i < b + nb; i++) amax = fmaxf(amax, fabsf(xt[i]));
                     for (int i = b; i < b + nb; i++) {
-                        if (act_block) a += fabs(wr[i]) * (amax / 127.0) / 2.0;
+                        a += fabs(wr[i]) * (amax / 127.0) / 2.0;
                         s += (double)mr[i] * fabs(xt[i]);
                     }
                 }
@@ -183,11 +186,15 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
                                   .scales = sc, .biases = bi, .name = what};
             for (int o = 0; o < n_out; o++) {
                 weight_get_row(&w, o, deq + (size_t)o * n_in);
-                for (int i = 0; i < n_in; i++)
-                    mag[(size_t)o * n_in + i] = fabsf(deq[(size_t)o * n_in + i]) +
-                                                2 * fabsf(sb_get(sbt, bi, (size_t)o * ng + i / gs));
+                for (int i = 0; i < n_in; i++) {
+                    size_t gi = (size_t)o * ng + i / gs;
+                    float m = fabsf(deq[(size_t)o * n_in + i]) + fabsf(sb_get(sbt, bi, gi)) +
+                              128.0f * fabsf(sb_get(sbt, sc, gi));
+                    deq[(size_t)o * n_in + i] = m;
+                    mag[(size_t)o * n_in + i] = 2.0f * m;
+                }
             }
-            check_all_tok(&w, deq, mag, 0, seed, what);
+            check_all_tok(&w, deq, mag, 32, seed, what);
             free(data);
             free(sc);
             free(bi);

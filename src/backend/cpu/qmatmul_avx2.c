@@ -16,7 +16,7 @@
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-enum { NT = 4, NT_MLX = 2 };
+enum { NT = 4, NT_MLX = 3 };
 
 static ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -242,7 +242,7 @@ void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 #undef K
 }
 
-/* ---- MLX affine, f32 activations ----------------------------------------------------- */
+/* ---- MLX affine against qx8 ----------------------------------------------------------- */
 
 static ALWAYS_INLINE float sb_load(const void *p, enum gb_type t, size_t i) {
     if (t == GB_TYPE_F32) return ((const float *)p)[i];
@@ -254,91 +254,108 @@ static ALWAYS_INLINE float sb_load(const void *p, enum gb_type t, size_t i) {
     return f;
 }
 
-static ALWAYS_INLINE __m256 u8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+static ALWAYS_INLINE __m256 sb_load8(const void *p, enum gb_type t, size_t i) {
+    if (t == GB_TYPE_F32) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (t == GB_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
 
-/* Group sums: for each token u, gacc[u] = lanes of sum q x over the group's gs codes.
- * bits 4: 16 bytes = 32 codes per step, x permuted (low nibbles' x, then high).
- * bits 8: 32 bytes per step, x in order. */
-static ALWAYS_INLINE void mlx_group(int bits, int gs, const uint8_t *codes, const float *x, size_t xs, int T,
-                                    __m256 gacc[NT_MLX]) {
-    /* fresh zeros per group: the group's chains do not wait on the previous group */
-    __m256 a[NT_MLX], b[NT_MLX];
-    for (int u = 0; u < T; u++) a[u] = b[u] = _mm256_setzero_ps();
+/* gacc[u] = lanes of sum over the group's blocks b of dx_b (q . qx)_b.
+ * 4-bit: a block's 16 code bytes, low nibbles then high, are unsigned 0..15 and meet
+ * the permuted x in vpmaddubsw. 8-bit: codes 0..255 would saturate vpmaddubsw, so
+ * they are used as q - 128 (signed; the caller adds 128 s xsum), through the
+ * |a| * sign(b, a) trick. */
+static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
+                                    __m256 gacc[NT]) {
     const __m128i m4 = _mm_set1_epi8(15);
-    for (int k = 0; k < gs; k += 32) {
-        __m256 w0, w1, w2, w3;
+    const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
+    for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i q;
         if (bits == 4) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(codes + k / 2));
-            __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-            w0 = u8x8_ps(lo);
-            w1 = u8x8_ps(_mm_srli_si128(lo, 8));
-            w2 = u8x8_ps(hi);
-            w3 = u8x8_ps(_mm_srli_si128(hi, 8));
+            __m128i v = _mm_loadu_si128((const __m128i *)(codes + 16 * b));
+            q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
         } else {
-            w0 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k)));
-            w1 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 8)));
-            w2 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 16)));
-            w3 = u8x8_ps(_mm_loadl_epi64((const __m128i *)(codes + k + 24)));
+            q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(codes + 32 * b)), k80);
         }
-#pragma GCC unroll 2
+        __m256i aq = bits == 4 ? q : _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
         for (int u = 0; u < T; u++) {
-            const float *xp = x + (size_t)u * xs + k;
-            a[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp), a[u]);
-            b[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp + 8), b[u]);
-            a[u] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp + 16), a[u]);
-            b[u] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xp + 24), b[u]);
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + b;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            if (bits != 4) xv = _mm256_sign_epi8(xv, q);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
+            gacc[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&xb->d), _mm256_cvtepi32_ps(p), gacc[u]);
         }
     }
-    for (int u = 0; u < T; u++) gacc[u] = _mm256_add_ps(a[u], b[u]);
 }
 
 /* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains. */
 static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                                   enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                                   enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
                                    int T, float *y, size_t ldy) {
-    int ng = n / gs;
-    size_t gbytes = (size_t)gs * (size_t)bits / 8;
-    __m256 tot0[NT_MLX], tot1[NT_MLX], g[NT_MLX];
+    int ng = n / gs, nb = gs / 32;
+    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx8);
+    __m256 tot0[NT], tot1[NT], g[NT];
     for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 2 <= ng; k += 2) {
-        mlx_group(bits, gs, codes + (size_t)k * gbytes, x + (size_t)k * gs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
         __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
         for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
-        mlx_group(bits, gs, codes + (size_t)(k + 1) * gbytes, x + (size_t)(k + 1) * gs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
         __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
         for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
     }
     if (k < ng) {
-        mlx_group(bits, gs, codes + (size_t)k * gbytes, x + (size_t)k * gs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
         __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
         for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+    }
+    /* bias terms, 8 groups at a time into tot0's lanes, then the rest in order */
+    int j = 0;
+    for (; j + 8 <= ng; j += 8) {
+        __m256 b = sb_load8(bi, sbt, (size_t)j);
+        if (bits == 8) b = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), sb_load8(sc, sbt, (size_t)j), b);
+        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
     }
     for (int u = 0; u < T; u++) {
         const float *gu = gsum + (size_t)u * gstr;
         float bsum = 0.0f;
-        for (int j = 0; j < ng; j++) bsum += sb_load(bi, sbt, (size_t)j) * gu[j];
+        for (int i = j; i < ng; i++) {
+            float b = sb_load(bi, sbt, (size_t)i);
+            if (bits == 8) b += 128.0f * sb_load(sc, sbt, (size_t)i);
+            bsum += b * gu[i];
+        }
         y[(size_t)u * ldy] = hsum8(_mm256_add_ps(tot0[u], tot1[u])) + bsum;
     }
 }
 
-static ALWAYS_INLINE void mlxdot(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                                 enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
-                                 int nt, float *y, size_t ldy) {
+void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
+                  const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
     for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
-        const float *xu = x + (size_t)u0 * xs, *gu = gsum + (size_t)u0 * gstr;
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        const float *gu = gsum + (size_t)u0 * gstr;
         float *yu = y + (size_t)u0 * ldy;
-        if (nt - u0 >= 2) mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy);
-        else mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy);
+        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
+        case 3: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
+        case 2: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
+        default: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
+        }
     }
 }
 
-void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
-                  const float *x, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
-    mlxdot(4, n, gs, codes, sc, bi, sbt, x, xs, gsum, gstr, nt, y, ldy);
-}
-
 void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
-                  const float *x, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
-    mlxdot(8, n, gs, codes, sc, bi, sbt, x, xs, gsum, gstr, nt, y, ldy);
+                  const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        const float *gu = gsum + (size_t)u0 * gstr;
+        float *yu = y + (size_t)u0 * ldy;
+        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
+        case 3: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
+        case 2: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
+        default: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
+        }
+    }
 }

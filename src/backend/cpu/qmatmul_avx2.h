@@ -24,16 +24,16 @@ void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
-/* MLX affine rows, f32 activations. codes: the row's packed words; sc, bi: its
- * n / gs scales and biases, of type sbt (F32, F16 or BF16); x: the token's activations (for
- * 4-bit, permuted by qmatmul.c so each 16-byte run of codes meets its low nibbles'
- * x first, then its high nibbles'); gsum: per-group sums of x. xs, gs_stride: floats
- * between tokens of x and gsum. */
+/* MLX affine rows against x quantized to struct qx8 blocks (for 4-bit, each block's
+ * int8 values permuted by qmatmul.c: those meeting the low nibbles of its 16 code
+ * bytes first, then the high nibbles). codes: the row's packed words; sc, bi: its
+ * n / gs scales and biases, of type sbt (F32, F16 or BF16); xs: bytes between
+ * tokens of xq; gsum: exact f32 group sums of x, gstr floats between tokens. */
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                  enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                  enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
                   int nt, float *y, size_t ldy);
 void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                  enum gb_type sbt, const float *x, size_t xs, const float *gsum, size_t gstr,
+                  enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
                   int nt, float *y, size_t ldy);
 
 #endif
