@@ -337,16 +337,16 @@ static gerbil_status rd_tensor_info(struct cursor *c, struct gguf_file *f, int i
                        "multiple of the %s block size %d", c->path, what, shape,
                        (unsigned long long)ne[0], tt->name, tt->block_size);
     /* bytes = blocks per row * block bytes * the other dims; elements must fit int64. */
-    uint64_t nel = 1;
-    size_t nbytes = (size_t)(ne[0] / (uint64_t)tt->block_size);
+    /* Counted in u64 and kept <= SIZE_MAX, so this holds on 32-bit hosts too. */
+    uint64_t nel = 1, nbytes = ne[0] / (uint64_t)tt->block_size;
     int overflow = nbytes > SIZE_MAX / tt->type_size;
-    nbytes *= tt->type_size;
+    if (!overflow) nbytes *= tt->type_size;
     for (uint32_t d = 0; d < nd && !overflow; d++) {
         if (nel > (uint64_t)INT64_MAX / ne[d]) overflow = 1;
         else nel *= ne[d];
-        if (d > 0) {
+        if (d > 0 && !overflow) {
             if (nbytes > SIZE_MAX / ne[d]) overflow = 1;
-            else nbytes *= (size_t)ne[d];
+            else nbytes *= ne[d];
         }
     }
     if (overflow)
@@ -358,7 +358,7 @@ static gerbil_status rd_tensor_info(struct cursor *c, struct gguf_file *f, int i
     t->n_dims = (int)nd;
     for (int d = 0; d < (int)nd; d++) t->ne[d] = (int64_t)ne[nd - 1 - (uint32_t)d];
     for (int d = (int)nd; d < GB_MAX_DIMS; d++) t->ne[d] = 1;
-    t->nbytes = nbytes;
+    t->nbytes = (size_t)nbytes;
     return GERBIL_OK;
 }
 
@@ -536,8 +536,26 @@ gerbil_status gguf_open(const char *path, const struct st_load_opts *opts, struc
     return GERBIL_OK;
 }
 
+gerbil_status gguf_open_memory(const void *data, size_t size, const char *name, struct gguf_file *out) {
+    memset(out, 0, sizeof *out);
+    struct gguf_file f = {0};
+    f.map.path = strdup(name);
+    if (!f.map.path) return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", name);
+    f.map.data = size ? data : NULL;
+    f.map.size = size;
+    f.borrowed = 1;
+    gerbil_status s = parse(&f);
+    if (s != GERBIL_OK) {
+        gguf_close(&f);
+        return s;
+    }
+    *out = f;
+    return GERBIL_OK;
+}
+
 void gguf_close(struct gguf_file *f) {
     if (!f) return;
+    if (f->borrowed) f->map.data = NULL; /* the caller's buffer: not ours to unmap */
     for (int64_t i = 0; i < f->n_kv; i++) {
         struct gguf_kv *kv = &f->kv[i];
         free(kv->key);

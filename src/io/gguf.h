@@ -46,10 +46,11 @@ struct gguf_file {
     int n_tensors;
     struct gb_tensor *tensors; /* in file order; names owned here */
     size_t alignment;          /* general.alignment, default 32 */
-    size_t data_offset;        /* start of the tensor data section (may equal the file size) */
-    /* private: lookup indexes sorted by key / tensor name */
+    size_t data_offset;        /* start of the tensor data section (a file without tensors may end before it) */
+    /* private: lookup indexes sorted by key / tensor name; map.data is the caller's */
     uint32_t *kv_sorted;
     uint32_t *tensor_sorted;
+    int borrowed;
 };
 
 /* Open and validate path (opts NULL = map in place; opts->in_memory copies the file to
@@ -62,6 +63,9 @@ struct gguf_file {
  * > 3, big-endian, empty tensors, a ggml type gerbil does not read: the message names
  * the tensor and the type), GERBIL_ERR_IO, GERBIL_ERR_NOMEM. On failure *out is zeroed. */
 gerbil_status gguf_open(const char *path, const struct st_load_opts *opts, struct gguf_file *out);
+/* The same over size bytes at data (which must outlive the file; nothing is copied).
+ * name stands for the path in messages. */
+gerbil_status gguf_open_memory(const void *data, size_t size, const char *name, struct gguf_file *out);
 void gguf_close(struct gguf_file *f);
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
 const struct gb_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
@@ -79,7 +83,8 @@ gerbil_status gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf
                            const struct gguf_kv **out);
 /* Element i (< arr_n) of a numeric array, read little-endian from the (unaligned)
  * mapping: gguf_arr_int for integer element types (sign- or zero-extended),
- * gguf_arr_float for f32/f64 (and integers). */
+ * gguf_arr_float for f32/f64 (and integers). A u64 element above INT64_MAX comes back
+ * from gguf_arr_int as its two's complement: cast the result to uint64_t. */
 int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i);
 double gguf_arr_float(const struct gguf_kv *kv, uint64_t i);
 const char *gguf_vtype_name(enum gguf_vtype t); /* "u32", "string", ... */
