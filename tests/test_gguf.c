@@ -435,6 +435,55 @@ static void test_round_trip(void) {
     }
 }
 
+/* Tensor bytes produced at write time. */
+static gerbil_status fill_ramp(void *user, void *dst, size_t n) {
+    int *calls = user;
+    (*calls)++;
+    for (size_t i = 0; i < n; i++) ((unsigned char *)dst)[i] = (unsigned char)(i * 3 + (size_t)*calls);
+    return GERBIL_OK;
+}
+static gerbil_status fill_fail(void *user, void *dst, size_t n) {
+    return err_set(GERBIL_ERR_INVALID_ARG, "quantizer refused");
+}
+
+static void test_writer_fill(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s", tmp_path("fill.gguf"));
+    int calls = 0;
+    struct gguf_writer *w;
+    CHECK(gguf_writer_new(&w) == GERBIL_OK);
+    CHECK(gguf_writer_add_tensor_fn(w, "q", GB_TYPE_Q8_0, 2, (int64_t[]){3, 64}, 3 * 2 * 34, fill_ramp, &calls) == GERBIL_OK);
+    CHECK(gguf_writer_add_tensor(w, "plain", GB_TYPE_F32, 1, (int64_t[]){6}, a_f32, sizeof a_f32) == GERBIL_OK);
+    CHECK(gguf_writer_add_tensor_fn(w, "r", GB_TYPE_F16, 1, (int64_t[]){5}, 10, fill_ramp, &calls) == GERBIL_OK);
+    CHECK(gguf_writer_add_tensor_fn(w, "bad", GB_TYPE_F16, 1, (int64_t[]){5}, 12, fill_ramp, &calls) == GERBIL_ERR_INVALID_ARG);
+    CHECK(gguf_writer_add_tensor_fn(w, "nofill", GB_TYPE_F16, 1, (int64_t[]){5}, 10, NULL, NULL) == GERBIL_ERR_INVALID_ARG);
+    CHECK(gguf_writer_write(w, p) == GERBIL_OK && calls == 2);
+    struct gguf_file f;
+    gerbil_status s = gguf_open(p, NULL, &f);
+    CHECKF(s == GERBIL_OK, "fill: %s", gerbil_last_error());
+    if (s == GERBIL_OK) {
+        const struct gb_tensor *t = gguf_find_tensor(&f, "q");
+        CHECK(t && t->type == GB_TYPE_Q8_0 && t->ne[0] == 3 && t->ne[1] == 64 && t->nbytes == 204);
+        if (t) CHECK(((const unsigned char *)t->data)[0] == 1 && ((const unsigned char *)t->data)[203] == (unsigned char)(203 * 3 + 1));
+        t = gguf_find_tensor(&f, "r");
+        CHECK(t && t->nbytes == 10 && ((const unsigned char *)t->data)[9] == 29);
+        t = gguf_find_tensor(&f, "plain");
+        CHECK(t && memcmp(t->data, a_f32, sizeof a_f32) == 0);
+        gguf_close(&f);
+    }
+    /* A failing fill aborts the write: the old file stays, no temp file is left. */
+    CHECK(gguf_writer_add_tensor_fn(w, "zz", GB_TYPE_F32, 1, (int64_t[]){1}, 4, fill_fail, NULL) == GERBIL_OK);
+    err_clear();
+    CHECK(gguf_writer_write(w, p) == GERBIL_ERR_INVALID_ARG);
+    CHECKF(strstr(gerbil_last_error(), "quantizer refused") && strstr(gerbil_last_error(), "\"zz\"") &&
+           strstr(gerbil_last_error(), "fill.gguf"), "%s", gerbil_last_error());
+    CHECK(access(tmp_path("fill.gguf.tmp"), F_OK) != 0);
+    s = gguf_open(p, NULL, &f);
+    CHECK(s == GERBIL_OK && f.n_tensors == 3);
+    if (s == GERBIL_OK) gguf_close(&f);
+    gguf_writer_free(w);
+}
+
 /* ---- malformed files ---- */
 
 static void kv_dup(struct img *b) {
@@ -829,6 +878,7 @@ int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
 
     test_round_trip();
+    test_writer_fill();
     test_malformed();
     test_stories();
     test_vocab("ggml-vocab-llama-spm.gguf", 32000, "llama", 0);

@@ -13,8 +13,10 @@ struct wtensor {
     uint32_t ggml_type;
     int n_dims;
     int64_t ne[GB_MAX_DIMS]; /* ours: outermost first */
-    const void *data;
+    const void *data;        /* or NULL and fill */
     size_t nbytes;
+    gguf_fill_fn fill;
+    void *user;
 };
 
 struct gguf_writer {
@@ -192,8 +194,9 @@ gerbil_status gguf_writer_add_str_arr(struct gguf_writer *w, const char *key, co
     return GERBIL_OK;
 }
 
-gerbil_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum gb_type type,
-                                     int n_dims, const int64_t *ne, const void *data, size_t nbytes) {
+static gerbil_status add_tensor(struct gguf_writer *w, const char *name, enum gb_type type, int n_dims,
+                                const int64_t *ne, const void *data, size_t nbytes, gguf_fill_fn fill,
+                                void *user) {
     if (!name) return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: NULL tensor name");
     if ((unsigned)type >= GB_TYPE_COUNT || gguf_ggml_type_of(type) < 0)
         return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: tensor \"%s\": type %d has no GGUF id",
@@ -241,8 +244,25 @@ gerbil_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, en
     for (int d = 0; d < n_dims; d++) t->ne[d] = ne[d];
     t->data = data;
     t->nbytes = nbytes;
+    t->fill = fill;
+    t->user = user;
     w->n_tensors++;
     return GERBIL_OK;
+}
+
+gerbil_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum gb_type type,
+                                     int n_dims, const int64_t *ne, const void *data, size_t nbytes) {
+    if (!data) return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: tensor \"%s\": NULL data",
+                              name ? name : "");
+    return add_tensor(w, name, type, n_dims, ne, data, nbytes, NULL, NULL);
+}
+
+gerbil_status gguf_writer_add_tensor_fn(struct gguf_writer *w, const char *name, enum gb_type type,
+                                        int n_dims, const int64_t *ne, size_t nbytes,
+                                        gguf_fill_fn fill, void *user) {
+    if (!fill) return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: tensor \"%s\": NULL fill",
+                              name ? name : "");
+    return add_tensor(w, name, type, n_dims, ne, NULL, nbytes, fill, user);
 }
 
 /* ---- writing ---- */
@@ -263,10 +283,13 @@ static size_t padded(size_t n) {
     return (n + GGUF_WRITE_ALIGNMENT - 1) / GGUF_WRITE_ALIGNMENT * GGUF_WRITE_ALIGNMENT;
 }
 
-static int write_all(struct gguf_writer *w, FILE *f) {
+/* 1 on success; 0 with errno set on an I/O error; -1 when a fill callback failed
+ * (its message is set) or scratch memory ran out. */
+static int write_all(struct gguf_writer *w, FILE *f, gerbil_status *fail) {
     int ok = fwrite("GGUF", 1, 4, f) == 4 && write_le(f, 3, 4) && write_le(f, w->n_tensors, 8) &&
              write_le(f, w->n_kv, 8) && (w->kv_len == 0 || fwrite(w->kv, 1, w->kv_len, f) == w->kv_len);
     uint64_t pos = 24 + w->kv_len, off = 0;
+    size_t scratch_size = 0;
     for (size_t i = 0; i < w->n_tensors && ok; i++) {
         const struct wtensor *t = &w->tensors[i];
         size_t nl = strlen(t->name);
@@ -275,12 +298,33 @@ static int write_all(struct gguf_writer *w, FILE *f) {
         ok = ok && write_le(f, t->ggml_type, 4) && write_le(f, off, 8);
         pos += 8 + nl + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
         off += padded(t->nbytes);
+        if (t->fill && t->nbytes > scratch_size) scratch_size = t->nbytes;
     }
     ok = ok && write_pad(f, pos);
-    for (size_t i = 0; i < w->n_tensors && ok; i++) {
-        const struct wtensor *t = &w->tensors[i];
-        ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes && write_pad(f, t->nbytes);
+    void *scratch = NULL;
+    if (ok && scratch_size) {
+        scratch = malloc(scratch_size);
+        if (!scratch) {
+            *fail = err_set(GERBIL_ERR_NOMEM, "gguf writer: out of memory for a %zu-byte tensor",
+                            scratch_size);
+            return -1;
+        }
     }
+    for (size_t i = 0; i < w->n_tensors && ok == 1; i++) {
+        const struct wtensor *t = &w->tensors[i];
+        const void *data = t->data;
+        if (t->fill) {
+            gerbil_status st = t->fill(t->user, scratch, t->nbytes);
+            if (st != GERBIL_OK) {
+                *fail = err_prefix(st, "writing tensor \"%s\"", t->name);
+                ok = -1;
+                break;
+            }
+            data = scratch;
+        }
+        ok = fwrite(data, 1, t->nbytes, f) == t->nbytes && write_pad(f, t->nbytes);
+    }
+    free(scratch);
     return ok;
 }
 
@@ -296,11 +340,14 @@ gerbil_status gguf_writer_write(struct gguf_writer *w, const char *path) {
         free(tmp);
         return s;
     }
-    int ok = write_all(w, f);
+    errno = 0;
+    gerbil_status fail = GERBIL_OK;
+    int ok = write_all(w, f, &fail);
     int e = errno;
-    if (fclose(f) != 0 && ok) { ok = 0; e = errno; }
+    if (fclose(f) != 0 && ok == 1) { ok = 0; e = errno; }
     gerbil_status s = GERBIL_OK;
-    if (!ok) s = err_set(GERBIL_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
+    if (ok == -1) s = err_prefix(fail, "%s", path);
+    else if (!ok) s = err_set(GERBIL_ERR_IO, "%s: write failed: %s", tmp, strerror(e ? e : EIO));
     else if (rename(tmp, path) != 0)
         s = err_set(GERBIL_ERR_IO, "%s: rename to %s: %s", tmp, path, strerror(errno));
     if (s != GERBIL_OK) remove(tmp);

@@ -57,6 +57,16 @@ gerbil_status gguf_writer_add_str_arr(struct gguf_writer *w, const char *key, co
 gerbil_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum gb_type type,
                                      int n_dims, const int64_t *ne, const void *data, size_t nbytes);
 
+/* The same, with the bytes produced at write time: fill(user, dst, nbytes) writes the
+ * tensor's nbytes into dst (a scratch buffer reused across tensors) and returns
+ * GERBIL_OK, or an error that aborts the write. `gerbil quantize` uses this so that
+ * only one quantized tensor is in memory at a time; user must stay valid until the
+ * write. */
+typedef gerbil_status (*gguf_fill_fn)(void *user, void *dst, size_t nbytes);
+gerbil_status gguf_writer_add_tensor_fn(struct gguf_writer *w, const char *name, enum gb_type type,
+                                        int n_dims, const int64_t *ne, size_t nbytes,
+                                        gguf_fill_fn fill, void *user);
+
 /* Write everything to path: to path + ".tmp" first, renamed over path on success (the
  * temp file is removed on failure). The writer may be written again or freed. */
 gerbil_status gguf_writer_write(struct gguf_writer *w, const char *path);
