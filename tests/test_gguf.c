@@ -601,7 +601,7 @@ static void test_malformed(void) {
     s = valid_spec(); s.alignment = 64; s.b_off = 32; EXPECT_SPEC(s, F, "alignment 64", "\"b\"");
 
     /* tensor infos */
-    s = valid_spec(); s.b_nd = 0; EXPECT_SPEC(s, F, "n_dims 0", "\"b\"");
+    s = valid_spec(); s.b_nd = 0; EXPECT_SPEC(s, U, "n_dims 0", "\"b\"");
     s = valid_spec(); s.b_nd = 5; s.b_ne[1] = s.b_ne[2] = s.b_ne[3] = s.b_ne[4] = 1;
     EXPECT_SPEC(s, F, "n_dims 5", "\"b\"");
     s = valid_spec(); s.b_nd = 4; s.b_ne[1] = s.b_ne[2] = s.b_ne[3] = 1; EXPECT_SPEC(s, GERBIL_OK, NULL, NULL);

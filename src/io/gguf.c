@@ -304,7 +304,12 @@ static gerbil_status rd_tensor_info(struct cursor *c, struct gguf_file *f, int i
 
     uint32_t nd, gtype;
     GB_TRY(rd_u32(c, &nd, what));
-    if (nd == 0 || nd > GB_MAX_DIMS)
+    /* ggml reads n_dims 0 (a scalar) and dims of 0 (empty tensors); no model has them
+     * and the loader would have to special-case them, so they are UNSUPPORTED. */
+    if (nd == 0)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s: n_dims 0 (scalar tensors are not supported)",
+                       c->path, what);
+    if (nd > GB_MAX_DIMS)
         return err_set(GERBIL_ERR_FORMAT, "%s: %s: n_dims %u, expected 1 to %d", c->path, what, nd,
                        GB_MAX_DIMS);
     uint64_t ne[GB_MAX_DIMS]; /* ggml order: ne[0] innermost */

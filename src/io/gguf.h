@@ -60,7 +60,7 @@ struct gguf_file {
  * size, nbytes = ne[last]/block_size * type_size * the other dims, an aligned offset,
  * data inside the file, no overlap with another tensor, a unique NUL-free name.
  * Errors: GERBIL_ERR_FORMAT (corrupt/truncated), GERBIL_ERR_UNSUPPORTED (version 1 or
- * > 3, big-endian, empty tensors, a ggml type gerbil does not read: the message names
+ * > 3, big-endian, scalar (n_dims 0) or empty tensors, a ggml type gerbil does not read: the message names
  * the tensor and the type), GERBIL_ERR_IO, GERBIL_ERR_NOMEM. On failure *out is zeroed. */
 gerbil_status gguf_open(const char *path, const struct st_load_opts *opts, struct gguf_file *out);
 /* The same over size bytes at data (which must outlive the file; nothing is copied).
