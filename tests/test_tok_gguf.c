@@ -52,6 +52,33 @@ static void print_ids(const char *what, const int32_t *v, int n) {
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
+/* The streaming detokenizer, fed one id at a time, gives the whole decode. */
+static int stream_matches(gerbil_tokenizer_t t, const int32_t *ids, int n) {
+    char *whole = NULL;
+    size_t wl = 0;
+    gerbil_detok_t d;
+    if (gerbil_detokenize(t, ids, n, 1, &whole, &wl) != GERBIL_OK || gerbil_detok_new(t, 1, &d) != GERBIL_OK) {
+        free(whole);
+        return 0;
+    }
+    char *acc = malloc(wl + 64 * (size_t)n + 64);
+    size_t al = 0;
+    int ok = acc != NULL;
+    for (int i = 0; i <= n && ok; i++) {
+        const char *pc;
+        size_t pl;
+        ok = (i < n ? gerbil_detok_push(d, ids[i], &pc, &pl) : gerbil_detok_flush(d, &pc, &pl)) == GERBIL_OK &&
+             al + pl <= wl + 64 * (size_t)n + 64;
+        if (ok && pl) memcpy(acc + al, pc, pl);
+        al += ok ? pl : 0;
+    }
+    ok = ok && al == wl && !memcmp(acc, whole, wl);
+    gerbil_detok_free(d);
+    free(acc);
+    free(whole);
+    return ok;
+}
+
 /* ---- llama.cpp test-tokenizer-0 vectors ---- */
 /* The vectors of ggml-vocab-<vocab>.gguf, run on the GGUF at pg (NULL: that file). */
 static int run_vectors_on(const char *vocab, const char *pg_arg) {
@@ -108,6 +135,7 @@ static int run_vectors_on(const char *vocab, const char *pg_arg) {
         int ng = 0;
         int ok = gerbil_tokenize(tok, p, len, 0, &got, &ng) == GERBIL_OK && ids_eq(got, ng, want, nw);
         CHECKF(ok, "%s vector %d: \"%.*s\"", vocab, idx, (int)(len > 80 ? 80 : len), p);
+        if (ok) CHECKF(stream_matches(tok, got, ng), "%s vector %d: streamed decode differs", vocab, idx);
         if (!ok) {
             print_ids("want", want, nw);
             print_ids("got ", got, ng);
@@ -117,6 +145,19 @@ static int run_vectors_on(const char *vocab, const char *pg_arg) {
         p = e ? e + strlen(sep) : NULL;
     }
     CHECKF(idx == nl, "%s: %d inputs, %d output lines", vocab, idx, nl);
+    /* add_special: SentencePiece files say add_bos_token true, gpt-2 adds nothing */
+    int32_t *ids = NULL;
+    int nids = 0;
+    int spm = strcmp(vocab, "gpt-2") != 0;
+    if (!pg_arg) {
+        CHECK(gerbil_tokenize(tok, "Hello", 5, 1, &ids, &nids) == GERBIL_OK && nids == (spm ? 2 : 1) &&
+              ids[0] == (spm ? 1 : 15496) && gerbil_tokenizer_bos(tok) == (spm ? 1 : 50256) &&
+              gerbil_tokenizer_eos(tok) == (!strcmp(vocab, "phi-3") ? 32000 : spm ? 2 : 50256));
+        free(ids);
+    }
+    /* tokenizer.chat_template: only the phi-3 file has one */
+    const char *tpl = gerbil_tokenizer_chat_template(tok, NULL);
+    CHECK(!strcmp(vocab, "phi-3") ? tpl && strstr(tpl, "<|assistant|>") : tpl == NULL);
     printf("  %-10s %d/%d llama.cpp vectors%s\n", vocab, pass, idx, pg_arg ? " (GGUF written from the HF tokenizer.json)" : "");
     CHECK(idx >= 40);
     gerbil_tokenizer_free(tok);
