@@ -387,12 +387,14 @@ enum { N_BPE = 5 };
 enum { M_OK, M_NO_TOKENS, M_SCORES_LEN, M_TYPE_F32, M_BAD_MERGE, M_UNKNOWN_MODEL, M_BAD_PRE, M_BOS_RANGE, M_MERGE_FORM,
        M_SPM_OK };
 
+static const char *g_pre = "gpt-2";
+
 static void make(const char *path, int m) {
     wbuf b = {0};
     kv_str(&b, "general.architecture", "llama");
     int spm = m == M_SPM_OK || m == M_SCORES_LEN;
     kv_str(&b, "tokenizer.ggml.model", m == M_UNKNOWN_MODEL ? "frobnicate" : spm ? "llama" : "gpt2");
-    if (!spm) kv_str(&b, "tokenizer.ggml.pre", m == M_BAD_PRE ? "no-such-pre" : "gpt-2");
+    if (!spm) kv_str(&b, "tokenizer.ggml.pre", m == M_BAD_PRE ? "no-such-pre" : g_pre);
     if (spm) {
         static const char *toks[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "i", "hi", "\xE2\x96\x81hi"};
         static const float sc[] = {0, 0, 0, -1, -2, -3, -0.5f, -0.25f};
@@ -478,6 +480,28 @@ static void run_malformed(void) {
     }
     unlink(path);
 
+    /* every tokenizer.ggml.pre family compiles its regexes and splits text */
+    static const char *pres[] = {"default", "llama3", "llama-bpe", "dbrx", "gpt-2", "qwen2", "stablelm2", "starcoder",
+                                 "falcon", "deepseek-coder", "deepseek-llm", "deepseek-v3", "gpt-4o", "llama4",
+                                 "poro-chat", "viking", "tekken", "chameleon", "command-r", "smollm"};
+    for (size_t k = 0; k < sizeof pres / sizeof pres[0]; k++) {
+        g_pre = pres[k];
+        snprintf(path, sizeof path, "%s/pre.gguf", dir);
+        make(path, M_OK);
+        st = gerbil_tokenizer_load_gguf(path, &t);
+        CHECKF(st == GERBIL_OK, "pre %s: %s", pres[k], gerbil_last_error());
+        if (!st) {
+            int32_t *ids;
+            int n;
+            const char *text = "ab ba 123 Hello, World!\n\n  \xE4\xB8\xAD\xE6\x96\x87 it's <|end|>";
+            CHECKF(gerbil_tokenize(t, text, strlen(text), 0, &ids, &n) == GERBIL_OK && n > 0 && ids[n - 1] == 4,
+                   "pre %s: %s", pres[k], gerbil_last_error());
+            free(ids);
+            gerbil_tokenizer_free(t);
+        }
+        unlink(path);
+    }
+    g_pre = "gpt-2";
     expect_err(dir, M_NO_TOKENS, GERBIL_ERR_FORMAT, "tokenizer.ggml.tokens");
     expect_err(dir, M_SCORES_LEN, GERBIL_ERR_FORMAT, "tokenizer.ggml.scores has 7 entries");
     expect_err(dir, M_TYPE_F32, GERBIL_ERR_FORMAT, "tokenizer.ggml.token_type must be an array of integers");

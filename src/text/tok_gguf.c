@@ -49,20 +49,32 @@ struct gv {
 };
 
 /* ---- metadata access ---- */
-static gerbil_status get_id(const struct gguf_file *f, const struct gv *v, const char *key, int32_t def, int32_t *out) {
+/* A token id key. Out of range is an error for the ids gerbil uses (bos/eos/unk); for
+ * the others (lenient) it is ignored, as llama.cpp does with a warning (files with
+ * padding_token_id = -1 as u32 exist). */
+static gerbil_status get_id_(const struct gguf_file *f, const struct gv *v, const char *key, int32_t def, int lenient,
+                             int32_t *out) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
     *out = def;
     if (!kv) return GERBIL_OK;
     int64_t x;
-    if (kv->type >= GGUF_VT_U8 && kv->type <= GGUF_VT_I32 && kv->type != GGUF_VT_F32) x = kv->type == GGUF_VT_I8 || kv->type == GGUF_VT_I16 || kv->type == GGUF_VT_I32 ? kv->v.i : (int64_t)kv->v.u;
-    else if (kv->type == GGUF_VT_U64) x = kv->v.u > INT64_MAX ? INT64_MAX : (int64_t)kv->v.u;
-    else if (kv->type == GGUF_VT_I64) x = kv->v.i;
-    else return err_set(GERBIL_ERR_FORMAT, "%s: %s must be an integer token id", v->path, key);
+    switch (kv->type) {
+    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64: x = kv->v.i; break;
+    case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64:
+        x = kv->v.u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)kv->v.u;
+        break;
+    default: return err_set(GERBIL_ERR_FORMAT, "%s: %s must be an integer token id", v->path, key);
+    }
+    if ((x < 0 || (uint64_t)x >= v->n) && lenient) return GERBIL_OK;
     if (x < 0 || (uint64_t)x >= v->n)
         return err_set(GERBIL_ERR_FORMAT, "%s: %s = %lld is outside the vocabulary of %llu tokens", v->path, key,
                        (long long)x, (unsigned long long)v->n);
     *out = (int32_t)x;
     return GERBIL_OK;
+}
+
+static gerbil_status get_id(const struct gguf_file *f, const struct gv *v, const char *key, int32_t def, int32_t *out) {
+    return get_id_(f, v, key, def, 0, out);
 }
 
 static gerbil_status get_bool(const struct gguf_file *f, const char *path, const char *key, int def, int *out) {
@@ -159,12 +171,12 @@ static gerbil_status read_meta(const struct gguf_file *f, struct gv *v) {
     /* llama.cpp's defaults per model type, then the keys */
     int spm = v->type == GV_SPM;
     int32_t cls;
-    GB_TRY(get_id(f, v, "tokenizer.ggml.cls_token_id", -1, &cls));
+    GB_TRY(get_id_(f, v, "tokenizer.ggml.cls_token_id", -1, 1, &cls));
     GB_TRY(get_id(f, v, "tokenizer.ggml.bos_token_id", spm && v->n > 1 ? 1 : v->type == GV_WPM ? cls : -1, &v->bos));
     GB_TRY(get_id(f, v, "tokenizer.ggml.eos_token_id", spm && v->n > 2 ? 2 : -1, &v->eos));
     GB_TRY(get_id(f, v, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &v->unk));
-    GB_TRY(get_id(f, v, "tokenizer.ggml.seperator_token_id", -1, &v->sep));
-    GB_TRY(get_id(f, v, "tokenizer.ggml.padding_token_id", -1, &v->pad));
+    GB_TRY(get_id_(f, v, "tokenizer.ggml.seperator_token_id", -1, 1, &v->sep));
+    GB_TRY(get_id_(f, v, "tokenizer.ggml.padding_token_id", -1, 1, &v->pad));
     int def_bos = v->type == GV_SPM || v->type == GV_WPM, def_eos = v->type == GV_UGM;
     if (v->type == GV_BPE) {
         const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
@@ -177,6 +189,9 @@ static gerbil_status read_meta(const struct gguf_file *f, struct gv *v) {
     GB_TRY(get_bool(f, v->path, "tokenizer.ggml.add_space_prefix", v->type == GV_SPM || v->type == GV_UGM,
                     &v->add_space_prefix));
     if (v->type == GV_WPM && v->sep < 0) v->sep = v->eos;
+    /* a default with no token to add adds nothing; the keys themselves are checked later */
+    if (v->bos < 0 && !gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) v->add_bos = 0;
+    if ((v->type == GV_WPM ? v->sep : v->eos) < 0 && !gguf_find_kv(f, "tokenizer.ggml.add_eos_token")) v->add_eos = 0;
     return GERBIL_OK;
 }
 
@@ -210,11 +225,15 @@ static const struct pre_family PRE_FAMILIES[] = {
     {"deepseek-coder", 0, 0, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"}},
     {"deepseek-llm", 0, 0,
      {"[\\r\\n]",
-      "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+      "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝ\\x{1F5F}-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌ\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-\\x{212D}ℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
       "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"}},
     {"deepseek-v3", 0, 0,
      {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"gpt-4o llama4", 0, 0, /* tiktoken's o200k_base pattern */
+     {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+      "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+      "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"poro-chat bloom gpt3-finnish", 0, 0, {RE_BLOOM}},
     {"viking", 0, 0, {RE_BLOOM, "\\p{N}"}},
     {"tekken", 1, 0,
