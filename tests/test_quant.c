@@ -434,7 +434,7 @@ static void test_types(void) {
         {4, "unknown"},  {5, "unknown"},   {9, "Q8_1"},    {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"},
         {19, "IQ1_S"},   {20, "IQ4_NL"},   {21, "IQ3_S"},  {22, "IQ2_S"},   {23, "IQ4_XS"}, {25, "I16"},
         {28, "F64"},     {29, "IQ1_M"},    {31, "unknown"}, {34, "TQ1_0"},  {35, "TQ2_0"},  {39, "MXFP4"},
-        {40, "unknown"}, {0xffffffffu, "unknown"},
+        {40, "NVFP4"},   {41, "Q1_0"},     {43, "unknown"}, {0xffffffffu, "unknown"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         enum gb_type t = GB_TYPE_COUNT;

@@ -42,6 +42,7 @@ static const char *const ggml_names[] = {
     [22] = "IQ2_S",   [23] = "IQ4_XS", [24] = "I8",     [25] = "I16",
     [26] = "I32",     [27] = "I64",    [28] = "F64",    [29] = "IQ1_M",
     [30] = "BF16",    [34] = "TQ1_0",  [35] = "TQ2_0",  [39] = "MXFP4",
+    [40] = "NVFP4",   [41] = "Q1_0",
 };
 enum { N_GGML_NAMES = sizeof(ggml_names) / sizeof(ggml_names[0]) };
 
