@@ -536,7 +536,6 @@ static gerbil_status build_model(struct gerbil_tokenizer *t, const struct gv *v,
         }
         st = oom ? GERBIL_ERR_NOMEM : GERBIL_OK;
     }
-    /* an unknown-token string that is not in the map (duplicates) is simply no unk */
     if (!st) st = tk_model_build(&t->model, cfg, &rv, v->path);
     if (!st && v->type == GV_SPM) st = spm_merges(&t->model, v);
     cJSON_Delete(cfg);
