@@ -232,6 +232,16 @@ static void test_roundtrip(void) {
         printf("  %-5s worst rel RMS error %.5f (bound %.4f), with an outlier %.5f (bound %.4f)\n", name, worst,
                rt_bounds[k].bound, worst_out, rt_bounds[k].outlier_bound);
     }
+    /* NaN and infinities: garbage out, but valid blocks and no undefined behaviour */
+    for (size_t k = 0; k < sizeof rt_bounds / sizeof rt_bounds[0]; k++) {
+        for (int i = 0; i < 512; i++) x[i] = test_rand_f(&seed);
+        x[3] = NAN;
+        x[300] = INFINITY;
+        x[301] = -INFINITY;
+        quant_fns(rt_bounds[k].t).from_float(x, blk, 512);
+        quant_fns(rt_bounds[k].t).to_float(blk, y, 512);
+        CHECK(1);
+    }
     /* Q8_K bsums are the sums of the codes per 16 */
     for (int i = 0; i < 256; i++) x[i] = test_rand_f(&seed);
     block_q8_K q8k;
@@ -340,6 +350,10 @@ static void test_mlx(void) {
             }
         }
     }
+    /* NaN / inf input to the MLX quantizer */
+    for (int i = 0; i < 64; i++) x[i] = i == 5 ? NAN : i == 40 ? INFINITY : test_rand_f(&seed);
+    quantize_row_mlx_ref(x, words, sc32, bi32, GB_TYPE_F32, 4, 32, 64);
+    CHECK(1);
     /* zero and constant groups */
     for (int i = 0; i < 64; i++) x[i] = i < 32 ? 0.0f : 2.5f;
     quantize_row_mlx_ref(x, words, sc32, bi32, GB_TYPE_F32, 4, 32, 64);

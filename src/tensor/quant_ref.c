@@ -32,6 +32,13 @@ static inline int qround(float v, int lo, int hi) {
     return (int)(v + 1024.5f) - 1024;
 }
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+/* (int)v clamped to [0, hi] -- ggml's MIN(hi, (int8_t)v) for v >= 0 -- with the
+ * clamp done in float so NaN or huge input never reaches the conversion. */
+static inline int trunc_clamp(float v, int hi) {
+    v = v > 0.0f ? v : 0.0f;
+    v = v < (float)hi ? v : (float)hi;
+    return (int)v;
+}
 
 /* ---------------------------------------------------------------- dequantize */
 
@@ -262,7 +269,12 @@ void quantize_row_q8_0_ref(const float *x, void *blocks, int64_t n) {
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = f32_to_f16(d);
-        for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) {
+            float v = x[j] * id; /* |v| <= 127 for finite input */
+            v = v > -127.0f ? v : -127.0f;
+            v = v < 127.0f ? v : 127.0f;
+            b[i].qs[j] = (int8_t)roundf(v);
+        }
     }
 }
 
@@ -282,8 +294,8 @@ void quantize_row_q4_0_ref(const float *x, void *blocks, int64_t n) {
         const float d = signed_absmax(x, QK4_0) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = f32_to_f16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {
-            const int x0 = clampi((int)(x[j] * id + 8.5f), 0, 15);
-            const int x1 = clampi((int)(x[j + QK4_0 / 2] * id + 8.5f), 0, 15);
+            const int x0 = trunc_clamp(x[j] * id + 8.5f, 15);
+            const int x1 = trunc_clamp(x[j + QK4_0 / 2] * id + 8.5f, 15);
             b[i].qs[j] = (uint8_t)(x0 | x1 << 4);
         }
     }
@@ -299,8 +311,8 @@ void quantize_row_q4_1_ref(const float *x, void *blocks, int64_t n) {
         b[i].d = f32_to_f16(d);
         b[i].m = f32_to_f16(mn);
         for (int j = 0; j < QK4_1 / 2; j++) {
-            const int x0 = clampi((int)((x[j] - mn) * id + 0.5f), 0, 15);
-            const int x1 = clampi((int)((x[j + QK4_1 / 2] - mn) * id + 0.5f), 0, 15);
+            const int x0 = trunc_clamp((x[j] - mn) * id + 0.5f, 15);
+            const int x1 = trunc_clamp((x[j + QK4_1 / 2] - mn) * id + 0.5f, 15);
             b[i].qs[j] = (uint8_t)(x0 | x1 << 4);
         }
     }
@@ -318,8 +330,8 @@ void quantize_row_q5_0_ref(const float *x, void *blocks, int64_t n) {
         b[i].d = f32_to_f16(d);
         uint32_t qh = 0;
         for (int j = 0; j < QK5_0 / 2; j++) {
-            const int x0 = clampi((int)(x[j] * id + 16.5f), 0, 31);
-            const int x1 = clampi((int)(x[j + QK5_0 / 2] * id + 16.5f), 0, 31);
+            const int x0 = trunc_clamp(x[j] * id + 16.5f, 31);
+            const int x1 = trunc_clamp(x[j + QK5_0 / 2] * id + 16.5f, 31);
             b[i].qs[j] = (uint8_t)((x0 & 0x0f) | (x1 & 0x0f) << 4);
             qh |= (uint32_t)(x0 >> 4) << j | (uint32_t)(x1 >> 4) << (j + 16);
         }
@@ -338,8 +350,8 @@ void quantize_row_q5_1_ref(const float *x, void *blocks, int64_t n) {
         b[i].m = f32_to_f16(mn);
         uint32_t qh = 0;
         for (int j = 0; j < QK5_1 / 2; j++) {
-            const int x0 = clampi((int)((x[j] - mn) * id + 0.5f), 0, 31);
-            const int x1 = clampi((int)((x[j + QK5_1 / 2] - mn) * id + 0.5f), 0, 31);
+            const int x0 = trunc_clamp((x[j] - mn) * id + 0.5f, 31);
+            const int x1 = trunc_clamp((x[j + QK5_1 / 2] - mn) * id + 0.5f, 31);
             b[i].qs[j] = (uint8_t)((x0 & 0x0f) | (x1 & 0x0f) << 4);
             qh |= (uint32_t)(x0 >> 4) << j | (uint32_t)(x1 >> 4) << (j + 16);
         }
