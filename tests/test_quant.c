@@ -345,6 +345,7 @@ static void test_mlx(void) {
                  * f16/bf16 storage adds the bias rounding and, per code, the scale's. */
                 const double rel = sbt == GB_TYPE_F32 ? 0 : sbt == GB_TYPE_F16 ? 1.0 / 1024 : 1.0 / 128;
                 const double bound = 1.0001 + rel * (1 << bits);
+                if (gs == 64) printf("  mlx%d gs 64 sb %-4s worst error %.3f steps (bound %.3f)\n", bits, type_name(sbt), worst, bound);
                 CHECKF(worst <= bound, "mlx roundtrip bits %d gs %d sb %s: worst error %.4f steps > %.4f", bits,
                        gs, type_name(sbt), worst, bound);
             }
