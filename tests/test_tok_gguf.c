@@ -385,14 +385,14 @@ enum { N_BPE = 5 };
 
 /* Build a file with the given model/tokens/etc.; flags select the malformation. */
 enum { M_OK, M_NO_TOKENS, M_SCORES_LEN, M_TYPE_F32, M_BAD_MERGE, M_UNKNOWN_MODEL, M_BAD_PRE, M_BOS_RANGE, M_MERGE_FORM,
-       M_SPM_OK };
+       M_SPM_OK, M_SPM_NOPREFIX };
 
 static const char *g_pre = "gpt-2";
 
 static void make(const char *path, int m) {
     wbuf b = {0};
     kv_str(&b, "general.architecture", "llama");
-    int spm = m == M_SPM_OK || m == M_SCORES_LEN;
+    int spm = m == M_SPM_OK || m == M_SCORES_LEN || m == M_SPM_NOPREFIX;
     kv_str(&b, "tokenizer.ggml.model", m == M_UNKNOWN_MODEL ? "frobnicate" : spm ? "llama" : "gpt2");
     if (!spm) kv_str(&b, "tokenizer.ggml.pre", m == M_BAD_PRE ? "no-such-pre" : g_pre);
     if (spm) {
@@ -405,6 +405,7 @@ static void make(const char *path, int m) {
         kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
         kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
         kv_bool(&b, "tokenizer.ggml.add_bos_token", 1);
+        if (m == M_SPM_NOPREFIX) kv_bool(&b, "tokenizer.ggml.add_space_prefix", 0);
         kv_str(&b, "tokenizer.chat_template", "{{ bos_token }}{{ messages[0]['content'] }}");
         kv_str(&b, "tokenizer.chat_template.tool_use", "tools");
     } else {
@@ -472,6 +473,9 @@ static void run_malformed(void) {
         /* "hi hi" -> "\u2581hi\u2581hi" -> 7 7; with BOS: 1 7 7 */
         CHECK(gerbil_tokenize(t, "hi hi", 5, 1, &ids, &n) == GERBIL_OK && n == 3 && ids[0] == 1 && ids[1] == 7 && ids[2] == 7);
         free(ids);
+        char *s;
+        CHECK(gerbil_detokenize(t, (const int32_t[]){1, 7, 6}, 3, 1, &s, NULL) == GERBIL_OK && !strcmp(s, "hihi"));
+        free(s);
         const char *tpl = gerbil_tokenizer_chat_template(t, NULL);
         CHECK(tpl && !strcmp(tpl, "{{ bos_token }}{{ messages[0]['content'] }}"));
         tpl = gerbil_tokenizer_chat_template(t, "tool_use");
@@ -502,6 +506,23 @@ static void run_malformed(void) {
         unlink(path);
     }
     g_pre = "gpt-2";
+    /* add_space_prefix false (Gemma): no U+2581 before the text, none stripped when decoding */
+    snprintf(path, sizeof path, "%s/spm0.gguf", dir);
+    make(path, M_SPM_NOPREFIX);
+    st = gerbil_tokenizer_load_gguf(path, &t);
+    CHECKF(st == GERBIL_OK, "%s", gerbil_last_error());
+    if (!st) {
+        int32_t *ids;
+        int n;
+        CHECK(gerbil_tokenize(t, "hi hi", 5, 0, &ids, &n) == GERBIL_OK && n == 2 && ids[0] == 6 && ids[1] == 7);
+        free(ids);
+        int32_t in[] = {7, 6};
+        char *s;
+        CHECK(gerbil_detokenize(t, in, 2, 0, &s, NULL) == GERBIL_OK && !strcmp(s, " hihi"));
+        free(s);
+        gerbil_tokenizer_free(t);
+    }
+    unlink(path);
     expect_err(dir, M_NO_TOKENS, GERBIL_ERR_FORMAT, "tokenizer.ggml.tokens");
     expect_err(dir, M_SCORES_LEN, GERBIL_ERR_FORMAT, "tokenizer.ggml.scores has 7 entries");
     expect_err(dir, M_TYPE_F32, GERBIL_ERR_FORMAT, "tokenizer.ggml.token_type must be an array of integers");

@@ -17,6 +17,7 @@ static const struct {
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
     {"tokenize", cmd_tokenize, "text to token ids, or ids to text, with the model's tokenizer"},
     {"template", cmd_template, "render a chat template for a conversation"},
+    {"quantize", cmd_quantize, "convert a Hugging Face folder to GGUF (f16, q8_0, k-quants) or MLX 4/8-bit"},
 };
 
 static void usage(FILE *f) {
