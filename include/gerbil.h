@@ -198,6 +198,10 @@ typedef struct gerbil_chat_template *gerbil_chat_template_t;
  * bos/eos/unk/pad tokens from tokenizer_config.json. template_file (may be NULL)
  * replaces the template text. *out is NULL (and GERBIL_OK) when there is no template. */
 gerbil_status gerbil_chat_template_load(const char *dir, const char *template_file, gerbil_chat_template_t *out);
+/* From template text (e.g. a GGUF file's tokenizer.chat_template) and the special
+ * tokens' text (either may be NULL). */
+gerbil_status gerbil_chat_template_new(const char *src, const char *bos_token, const char *eos_token,
+                                       gerbil_chat_template_t *out);
 void gerbil_chat_template_free(gerbil_chat_template_t t);
 /* Render as apply_chat_template(tokenize=False): messages_json is a JSON array,
  * tools_json a JSON array or NULL; extra variables are NAME = JSON text pairs (they

@@ -43,7 +43,7 @@ expect_fail "ids malformed" "--ids: expected comma-separated integers" "$G" logi
 expect_fail "ids missing" "--ids is required" "$G" logits --model $M
 expect_fail "temperature" "--temperature: expected a number" "$G" run --model $M --ids 1 --temperature hot
 expect_fail "negative temperature" "temperature must be >= 0" "$G" run --model $M --ids 1 --temperature -1
-expect_fail "text prompt without tokenizer" "has no tokenizer.json" "$G" run --model $M "Why is the sky blue?"
+expect_fail "text prompt without tokenizer" "has no tokenizer" "$G" run --model $M "Why is the sky blue?"
 
 # bad ids and context
 expect_fail "id outside vocab" "token id 300 at position 1 is outside the vocabulary \[0, 256\)" \

@@ -42,6 +42,13 @@ echo -n "Once upon a time" | "$G" run --model $D/hf - -n 60 --temperature 0 --js
 python3 -c "import json,sys; a=json.load(open('$T/run.json')); b=json.load(open('$T/stdin.json')); sys.exit(0 if a['token_ids']==b['token_ids'] else 1)"
 ok $? "stdin prompt"
 
+# 4b. the GGUF copy carries its tokenizer in the metadata: the same prompt ids and text
+"$G" run --model $D/gguf/stories260K-f32.gguf "Once upon a time" -n 60 --temperature 0 --json > "$T/gguf.json" 2>"$T/err"
+python3 -c "
+import json,sys; a=json.load(open('$T/run.json')); b=json.load(open('$T/gguf.json'))
+sys.exit(0 if a['prompt_ids']==b['prompt_ids'] and a['token_ids']==b['token_ids'] and a['text']==b['text'] else 1)"
+ok $? "gguf: run \"text\" equals the HF folder's ($(cat "$T/err"))"
+
 # 5. chat: a template beside the model; answers stream; /reset forgets the conversation
 mkdir -p "$T/m" && cp $D/hf/* "$T/m/" && chmod u+w "$T/m"/*
 printf '%s' '{% for m in messages %}{{ m.role }}: {{ m.content }}

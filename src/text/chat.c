@@ -75,6 +75,19 @@ void gerbil_chat_template_free(gerbil_chat_template_t t) {
     free(t);
 }
 
+gerbil_status gerbil_chat_template_new(const char *src, const char *bos_token, const char *eos_token,
+                                       gerbil_chat_template_t *out) {
+    *out = NULL;
+    struct gerbil_chat_template *t = calloc(1, sizeof *t);
+    if (!t || !(t->src = strdup(src)) || (bos_token && !(t->special[0] = strdup(bos_token))) ||
+        (eos_token && !(t->special[1] = strdup(eos_token)))) {
+        gerbil_chat_template_free(t);
+        return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    }
+    *out = t;
+    return GERBIL_OK;
+}
+
 gerbil_status gerbil_chat_template_load(const char *dir, const char *template_file, gerbil_chat_template_t *out) {
     *out = NULL;
     struct gerbil_chat_template *t = calloc(1, sizeof *t);

@@ -134,8 +134,9 @@ int cmd_run(int argc, char **argv) {
     if (textgen_load_text(&tg, o.model)) goto done;
     if (text) {
         if (!tg.tok) {
-            fprintf(stderr, "gerbil run: %s has no tokenizer.json, so text prompts cannot be encoded; "
-                            "pass token ids with --ids\n", o.model);
+            fprintf(stderr, "gerbil run: %s has no tokenizer (%s), so text prompts cannot be encoded; "
+                            "pass token ids with --ids\n", o.model,
+                    strstr(o.model, ".gguf") ? "no tokenizer.ggml.* metadata" : "no tokenizer.json");
             goto done;
         }
         if (!strcmp(text, "-")) {

@@ -7,9 +7,36 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The text of a special token id, or NULL. */
+static char *token_text(gerbil_tokenizer_t tok, int32_t id) {
+    char *text = NULL;
+    size_t len;
+    if (id < 0 || gerbil_detokenize(tok, &id, 1, 0, &text, &len) != GERBIL_OK) return NULL;
+    return text;
+}
+
+/* A GGUF file carries its tokenizer and chat template in its metadata. */
+static int load_gguf_text(struct textgen *tg, const char *path) {
+    gerbil_status s = gerbil_tokenizer_load_gguf(path, &tg->tok);
+    if (s == GERBIL_ERR_FORMAT && strstr(gerbil_last_error(), "tokenizer.ggml.model")) {
+        tg->tok = NULL; /* a GGUF without a vocabulary: ids only */
+        return 0;
+    }
+    if (s != GERBIL_OK) return cli_fail("cannot load the tokenizer from the GGUF metadata", s);
+    const char *src = gerbil_tokenizer_chat_template(tg->tok, NULL);
+    if (!src) return 0;
+    char *bos = token_text(tg->tok, gerbil_tokenizer_bos(tg->tok));
+    char *eos = token_text(tg->tok, gerbil_tokenizer_eos(tg->tok));
+    s = gerbil_chat_template_new(src, bos, eos, &tg->tmpl);
+    free(bos);
+    free(eos);
+    return s == GERBIL_OK ? 0 : cli_fail("chat template", s);
+}
+
 int textgen_load_text(struct textgen *tg, const char *dir) {
     char path[4096];
     struct stat st;
+    if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return load_gguf_text(tg, dir);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (stat(path, &st) != 0) return 0;
     gerbil_status s = gerbil_tokenizer_load(dir, &tg->tok);
