@@ -7,7 +7,9 @@
  * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), fast and
  * scalar kernels, 1 and 2 threads. Reports the fastest call and the median: on a
  * shared machine other load only ever slows a call down.
- * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] */
+ * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3]
+ * With "l3": only 2000 decode calls on one matrix with the fast kernels and 1 thread,
+ * for `perf stat` (cycles per byte, unaffected by time slicing on a busy machine). */
 #include "backend/cpu/kernels.h"
 #include "base/fp16.h"
 #include "base/timer.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { N_IN = 1024, N_OUT = 3072, PREFILL_TOK = 128, MAX_CALLS = 4096 };
 #define BIG_BYTES ((size_t)512 << 20)
@@ -126,6 +129,19 @@ int main(int argc, char **argv) {
         struct gb_weight *ws = make_set(&fmts[f], &n_w, &mem);
         size_t wbytes = weight_nbytes(&ws[0]);
         void *work = malloc(matmul_w_work_size(&ws[0], PREFILL_TOK) + 64);
+        if (argc > 3 && strcmp(argv[3], "l3") == 0) {
+            struct timespec c0, c1;
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+            for (int k = 0; k < 2000; k++) matmul_w(tps[0], y, x, &ws[0], 1, work);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+            double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
+            printf("%s: decode from L3, 1 thread: %.1f GB/s of thread CPU time\n", fmts[f].name,
+                   2000.0 * (double)wbytes / cpu * 1e-9);
+            free(work);
+            free(ws);
+            free(mem);
+            continue;
+        }
         for (int scalar = 0; scalar < 2; scalar++) {
             cpu_force_ref(scalar);
             for (int t = 0; t < 2; t++) {

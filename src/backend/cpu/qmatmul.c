@@ -11,8 +11,8 @@
  * x is quantized per 32 elements into struct qx8 blocks (as for Q8_0), so (q . x)_g
  * is a sum over the group's blocks of dx_b * (exact integer dot); xsum_g, the group
  * sums of x, stay exact f32. Both are computed once per call into work; for the AVX2
- * 4-bit kernel each block's int8 x is also permuted to the order in which it unpacks
- * nibbles (low nibbles of 16 bytes, then high nibbles). Measured on 1024 x 3072 from
+ * 4-bit kernel x goes into struct qx4p pairs instead, laid out in the order in which
+ * it unpacks nibbles (low nibbles of 32 bytes, then high nibbles). Measured on 1024 x 3072 from
  * L3, 1 thread: f32 activations (codes widened to floats) reached 5 GB/s on 4-bit,
  * these integer dots 3-4x that.
  *
@@ -25,22 +25,18 @@
 #include "tensor/quant.h"
 #include "tensor/weight.h"
 
-#ifdef GERBIL_HAVE_X86
-#include "backend/cpu/qmatmul_avx2.h"
-#endif
+#include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx4p; kernels called on x86 only */
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
-/* Activations of the 32-element types: x ~ d * qs; s = d * sum(qs), which the
- * offset types (Q4_0's -8, Q4_1's m, ...) multiply instead of summing qs again. */
-struct qx8 {
-    float d, s;
-    int8_t qs[32];
-};
+/* Activations of the 32-element types are struct qx8 (qmatmul_avx2.h): x ~ d * qs;
+ * s = d * sum(qs), which the offset types (Q4_0's -8, Q4_1's m, ...) multiply
+ * instead of summing qs again. */
 _Static_assert(sizeof(struct qx8) == 40, "qx8");
+_Static_assert(sizeof(struct qx4p) == 96, "qx4p");
 
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
@@ -420,7 +416,7 @@ struct qjob {
     qdot_fn fn;
     const char *xq;
     size_t xs;
-    /* MLX: x quantized as in xq (permuted for the AVX2 4-bit kernel) and */
+    /* MLX: x quantized in xq (qx4p pairs for the AVX2 4-bit kernel) and */
     float *gsum;       /* [n_tok][n_in / gs] group sums of x */
     int permuted;
     int chunk;
@@ -441,16 +437,20 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
                 for (int i = g * gs; i < (g + 1) * gs; i++) s += xt[i];
                 gt[g] = s;
             }
-            struct qx8 *qt = (struct qx8 *)(j->xq + (size_t)t * j->xs);
-            quantize_x8(xt, qt, n);
             if (j->permuted) {
-                /* 16 bytes of 4-bit codes hold elements 2k (low nibble of byte k) and
-                 * 2k + 1 (high nibble): evens first, then odds, per block */
-                for (int b = 0; b < n / 32; b++) {
-                    int8_t tmp[32];
-                    for (int k = 0; k < 16; k++) { tmp[k] = qt[b].qs[2 * k]; tmp[16 + k] = qt[b].qs[2 * k + 1]; }
-                    memcpy(qt[b].qs, tmp, 32);
+                struct qx4p *pt = (struct qx4p *)(j->xq + (size_t)t * j->xs);
+                for (int p = 0; p < n / 64; p++) {
+                    struct qx8 b[2];
+                    quantize_x8(xt + 64 * p, b, 64);
+                    for (int h = 0; h < 2; h++)
+                        for (int k = 0; k < 16; k++) {
+                            pt[p].lo[16 * h + k] = b[h].qs[2 * k];
+                            pt[p].hi[16 * h + k] = b[h].qs[2 * k + 1];
+                        }
+                    for (int l = 0; l < 8; l++) pt[p].d[l] = b[l / 4].d;
                 }
+            } else {
+                quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);
             }
         } else if (j->act == ACT_X8) {
             quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);
@@ -478,7 +478,7 @@ static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
-    if (j->fast && w->bits == 4) {
+    if (j->permuted) {
         mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
     }
@@ -527,8 +527,9 @@ static int is_float_plain(const struct gb_weight *w) {
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     if (n_tok <= 0) return 0;
-    if (w->kind == GB_WEIGHT_MLX)
-        return (size_t)n_tok * (act_row_bytes(ACT_X8, w->n_in) + (size_t)(w->n_in / w->group_size) * sizeof(float));
+    if (w->kind == GB_WEIGHT_MLX) /* room for either layout of x */
+        return (size_t)n_tok * ((size_t)(w->n_in / 64) * sizeof(struct qx4p) + (size_t)(w->n_in % 64 / 32) * sizeof(struct qx8) +
+                                (size_t)(w->n_in / w->group_size) * sizeof(float));
     if (is_float_plain(w)) return 0;
     return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
 }
@@ -545,10 +546,10 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     if (w->kind == GB_WEIGHT_MLX) {
         GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size > 0 && w->n_in % w->group_size == 0 &&
                   w->n_in % 32 == 0);
-        j.permuted = j.fast && w->bits == 4;
+        j.permuted = j.fast && w->bits == 4 && w->n_in % 64 == 0;
         j.act = ACT_X8;
         j.xq = work;
-        j.xs = act_row_bytes(ACT_X8, w->n_in);
+        j.xs = j.permuted ? (size_t)(w->n_in / 64) * sizeof(struct qx4p) : act_row_bytes(ACT_X8, w->n_in);
         j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     } else {
         struct qkernel k = qkernel_of(w->type);

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+/* Per-token loops run fully unrolled, so per-token accumulators stay in registers. */
+#define UNROLL_T _Pragma("GCC unroll 4")
 
 enum { NT = 4, NT_MLX = 3 };
 
@@ -65,7 +67,7 @@ static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
 static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int q5, const char *xq, size_t xs,
                                     int T, float *y, size_t ldy) {
     __m256 acc[NT];
-    for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int i = 0; i < nb; i++) {
         const uint8_t *b = row + (size_t)i * bsz;
@@ -79,7 +81,7 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
         scales_k4(scales, &sc, &mn);
         __m256i scv = _mm256_set1_epi64x((long long)sc);
         __m256i sumi[NT];
-        for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
         __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -90,8 +92,7 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
             }
             __m256i s0 = bcast_byte16(scv, 2 * c), s1 = bcast_byte16(scv, 2 * c + 1);
-#pragma GCC unroll 4
-            for (int u = 0; u < T; u++) {
+            UNROLL_T for (int u = 0; u < T; u++) {
                 const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c));
                 __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c + 32));
@@ -103,15 +104,14 @@ static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int 
         float d = h2f(dh), dmin = h2f(mh);
         __m128i m8 = _mm_cvtsi64_si128((long long)mn); /* mins per group of 16: m0 m0 m1 m1 ... */
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-#pragma GCC unroll 4
-        for (int u = 0; u < T; u++) {
+        UNROLL_T for (int u = 0; u < T; u++) {
             const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
             __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), m16);
             acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(sumi[u]), acc[u]);
             acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * xb->d), _mm256_cvtepi32_ps(pm), acc[u]);
         }
     }
-    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
 }
 
 void qdot_q4_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
@@ -133,12 +133,12 @@ void qdot_q5_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, size_t xs, int T, float *y,
                                    size_t ldy) {
     __m256 acc[NT];
-    for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     for (int i = 0; i < nb; i++) {
         const block_q6_K *b = w + i;
         __m256i sumi[NT];
-        for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -154,8 +154,7 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
             for (int k = 0; k < 4; k++) {
                 const int8_t *s = b->scales + 8 * h + 2 * k;
                 __m256i sv = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
-#pragma GCC unroll 4
-                for (int u = 0; u < T; u++) {
+                UNROLL_T for (int u = 0; u < T; u++) {
                     const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
                     __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
                     sumi[u] = _mm256_add_epi32(sumi[u], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sv));
@@ -164,15 +163,14 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
         }
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         float d = h2f(b->d);
-#pragma GCC unroll 4
-        for (int u = 0; u < T; u++) {
+        UNROLL_T for (int u = 0; u < T; u++) {
             const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
             __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
             __m256i s = _mm256_sub_epi32(sumi[u], _mm256_slli_epi32(corr, 5));
             acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), acc[u]);
         }
     }
-    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
 }
 
 void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
@@ -183,28 +181,26 @@ void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 
 /* ---- Q8_0 and Q4_0 against struct qx8 ---------------------------------------------- */
 
-struct qx8 { float d, s; int8_t qs[32]; }; /* qmatmul.c's activation block */
 
 /* Two accumulators per token (even and odd blocks) hide the FMA latency in decode. */
 static ALWAYS_INLINE void q8_0_tile(int nb, const block_q8_0 *w, const char *xq, size_t xs, int T, float *y,
                                     size_t ldy) {
     __m256 acc[2][NT];
-    for (int u = 0; u < T; u++) acc[0][u] = acc[1][u] = _mm256_setzero_ps();
+    UNROLL_T for (int u = 0; u < T; u++) acc[0][u] = acc[1][u] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     int i = 0;
     for (; i < nb; i++) {
         __m256i wv = _mm256_loadu_si256((const __m256i *)w[i].qs);
         __m256i aw = _mm256_sign_epi8(wv, wv);
         float d = h2f(w[i].d);
-#pragma GCC unroll 4
-        for (int u = 0; u < T; u++) {
+        UNROLL_T for (int u = 0; u < T; u++) {
             const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
             __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wv);
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
             acc[i & 1][u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[i & 1][u]);
         }
     }
-    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u]));
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u]));
 }
 
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
@@ -218,22 +214,21 @@ static ALWAYS_INLINE void q4_0_tile(int nb, const block_q4_0 *w, const char *xq,
                                     size_t ldy) {
     __m256 acc[2][NT];
     float off[NT];
-    for (int u = 0; u < T; u++) { acc[0][u] = acc[1][u] = _mm256_setzero_ps(); off[u] = 0.0f; }
+    UNROLL_T for (int u = 0; u < T; u++) { acc[0][u] = acc[1][u] = _mm256_setzero_ps(); off[u] = 0.0f; }
     const __m256i ones = _mm256_set1_epi16(1);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int i = 0; i < nb; i++) {
         __m128i v = _mm_loadu_si128((const __m128i *)w[i].qs);
         __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
         float d = h2f(w[i].d);
-#pragma GCC unroll 4
-        for (int u = 0; u < T; u++) {
+        UNROLL_T for (int u = 0; u < T; u++) {
             const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xb->qs)), ones);
             acc[i & 1][u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[i & 1][u]);
             off[u] += d * xb->s;
         }
     }
-    for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u])) - 8.0f * off[u];
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u])) - 8.0f * off[u];
 }
 
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
@@ -261,66 +256,37 @@ static ALWAYS_INLINE __m256 sb_load8(const void *p, enum gb_type t, size_t i) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* gacc[u] = lanes of sum over the group's blocks b of dx_b (q . qx)_b.
- * 4-bit: a block's 16 code bytes, low nibbles then high, are unsigned 0..15 and meet
- * the permuted x in vpmaddubsw. 8-bit: codes 0..255 would saturate vpmaddubsw, so
- * they are used as q - 128 (signed; the caller adds 128 s xsum), through the
- * |a| * sign(b, a) trick. */
-static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
+/* gacc[u] = lanes of sum over the group's blocks b of dx_b (q . qx)_b, 8-bit codes:
+ * 0..255 would saturate vpmaddubsw, so they are used as q - 128 (signed; the caller
+ * adds 128 s xsum), through the |a| * sign(b, a) trick. */
+static ALWAYS_INLINE void mlx_group(int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
                                     __m256 gacc[NT]) {
-    const __m128i m4 = _mm_set1_epi8(15);
     const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
-    for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
+    UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m256i q;
-        if (bits == 4) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(codes + 16 * b));
-            q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-        } else {
-            q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(codes + 32 * b)), k80);
-        }
-        __m256i aq = bits == 4 ? q : _mm256_sign_epi8(q, q);
-#pragma GCC unroll 4
-        for (int u = 0; u < T; u++) {
+        __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(codes + 32 * b)), k80);
+        __m256i aq = _mm256_sign_epi8(q, q);
+        UNROLL_T for (int u = 0; u < T; u++) {
             const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + b;
-            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
-            if (bits != 4) xv = _mm256_sign_epi8(xv, q);
+            __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
             gacc[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&xb->d), _mm256_cvtepi32_ps(p), gacc[u]);
         }
     }
 }
 
-/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains. */
-static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                                   enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
-                                   int T, float *y, size_t ldy) {
-    int ng = n / gs, nb = gs / 32;
-    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx8);
-    __m256 tot0[NT], tot1[NT], g[NT];
-    for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 2 <= ng; k += 2) {
-        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
-        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
-        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
-        mlx_group(bits, nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
-        __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
-        for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
-    }
-    if (k < ng) {
-        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
-        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
-        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
-    }
-    /* bias terms, 8 groups at a time into tot0's lanes, then the rest in order */
+/* y = hsum(tot0 + tot1) + sum_g b_g xsum_g (b_g + 128 s_g for 8-bit): bias terms 8
+ * groups at a time into tot0's lanes, then the rest in order. */
+static ALWAYS_INLINE void mlx_finish(int bits, int ng, const void *sc, const void *bi, enum gb_type sbt,
+                                     const float *gsum, size_t gstr, int T, __m256 *tot0, const __m256 *tot1,
+                                     float *y, size_t ldy) {
     int j = 0;
     for (; j + 8 <= ng; j += 8) {
         __m256 b = sb_load8(bi, sbt, (size_t)j);
         if (bits == 8) b = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), sb_load8(sc, sbt, (size_t)j), b);
-        for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
+        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
     }
-    for (int u = 0; u < T; u++) {
+    UNROLL_T for (int u = 0; u < T; u++) {
         const float *gu = gsum + (size_t)u * gstr;
         float bsum = 0.0f;
         for (int i = j; i < ng; i++) {
@@ -332,6 +298,106 @@ static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes
     }
 }
 
+/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains. */
+static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                   enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
+                                   int T, float *y, size_t ldy) {
+    int ng = n / gs, nb = gs / 32;
+    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx8);
+    __m256 tot0[NT], tot1[NT], g[NT];
+    UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 2 <= ng; k += 2) {
+        mlx_group(nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+        mlx_group(nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
+        __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
+        UNROLL_T for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
+    }
+    if (k < ng) {
+        mlx_group(nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+    }
+    mlx_finish(bits, ng, sc, bi, sbt, gsum, gstr, T, tot0, tot1, y, ldy);
+}
+
+/* 4-bit: 32 code bytes (64 codes) per step against one struct qx4p: the low and
+ * high nibbles, unsigned 0..15, meet lo[] and hi[] in vpmaddubsw; their int16 sums
+ * (at most 2 * 2 * 15 * 127) are added before widening, so int32 lanes 0..3 hold the
+ * first 32-element block's dot and lanes 4..7 the second's, scaled by d[] per lane.
+ * Groups of 64 or more collect whole steps; with 32 the two halves of a step belong
+ * to two groups and get their scales per lane. */
+static ALWAYS_INLINE __m256 mlx4_step(__m256i lo, __m256i hi, const struct qx4p *xb) {
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xb->lo)),
+                                   _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)xb->hi)));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+}
+
+/* Scales of groups [g0, g0 + cnt) (cnt <= 8) in the lanes of one vector. */
+static ALWAYS_INLINE __m256 sb_load_upto8(const void *p, enum gb_type t, int g0, int cnt) {
+    if (cnt == 8) return sb_load8(p, t, (size_t)g0);
+    float v[8] = {0};
+    for (int k = 0; k < cnt; k++) v[k] = sb_load(p, t, (size_t)(g0 + k));
+    return _mm256_loadu_ps(v);
+}
+
+/* Scales are read 8 groups at a time and taken from their lanes by vpermps, so no
+ * per-group scalar conversion sits in the loop; group k of 8 goes to tot0 (even k)
+ * or tot1 (odd k), two chains. */
+static ALWAYS_INLINE void mlx4_tile(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                    enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
+                                    int T, float *y, size_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    int ng = n / gs, ppg = gs / 64;
+    __m256 tot0[NT], tot1[NT];
+    UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int cnt = ng - g0 < 8 ? ng - g0 : 8;
+        __m256 sv8 = sb_load_upto8(sc, sbt, g0, cnt);
+        if (gs == 32) {
+            /* a step of 64 codes is two groups: lanes 0..3 and 4..7 */
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                if (2 * k >= cnt) break;
+                int p = g0 / 2 + k;
+                __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (size_t)p));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m256 sv = _mm256_permutevar8x32_ps(sv8, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1,
+                                                                            2 * k + 1, 2 * k + 1, 2 * k + 1));
+                UNROLL_T for (int u = 0; u < T; u++) {
+                    const struct qx4p *xb = (const struct qx4p *)(xq + (size_t)u * xs) + p;
+                    __m256 f = _mm256_mul_ps(_mm256_loadu_ps(xb->d), mlx4_step(lo, hi, xb));
+                    if (k & 1) tot1[u] = _mm256_fmadd_ps(sv, f, tot1[u]);
+                    else tot0[u] = _mm256_fmadd_ps(sv, f, tot0[u]);
+                }
+            }
+            continue;
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            if (k >= cnt) break;
+            __m256 gacc[NT];
+            UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
+            for (int p = (g0 + k) * ppg; p < (g0 + k + 1) * ppg; p++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (size_t)p));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                UNROLL_T for (int u = 0; u < T; u++) {
+                    const struct qx4p *xb = (const struct qx4p *)(xq + (size_t)u * xs) + p;
+                    gacc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xb->d), mlx4_step(lo, hi, xb), gacc[u]);
+                }
+            }
+            __m256 s = _mm256_permutevar8x32_ps(sv8, _mm256_set1_epi32(k));
+            UNROLL_T for (int u = 0; u < T; u++) {
+                if (k & 1) tot1[u] = _mm256_fmadd_ps(s, gacc[u], tot1[u]);
+                else tot0[u] = _mm256_fmadd_ps(s, gacc[u], tot0[u]);
+            }
+        }
+    }
+    mlx_finish(4, ng, sc, bi, sbt, gsum, gstr, T, tot0, tot1, y, ldy);
+}
+
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
                   const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
     for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
@@ -339,9 +405,9 @@ void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const voi
         const float *gu = gsum + (size_t)u0 * gstr;
         float *yu = y + (size_t)u0 * ldy;
         switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
-        case 3: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
-        case 2: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
-        default: mlx_tile(4, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
+        case 3: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
+        case 2: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
+        default: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
         }
     }
 }

@@ -15,6 +15,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Activation blocks, written by qmatmul.c. qx8: x ~ d * qs over 32 elements, and
+ * s = d * sum(qs). qx4p: two qx8 blocks (64 elements) laid out for 4-bit MLX codes:
+ * 32 code bytes hold elements 2k (low nibble of byte k) and 2k + 1 (high nibble) of
+ * each 32-element half, so lo[] holds the x of the low nibbles (evens of the first
+ * block, then evens of the second) and hi[] those of the high nibbles; d[] is the
+ * first block's scale 4 times, then the second's (one per int32 lane of the dot). */
+struct qx8 {
+    float d, s;
+    int8_t qs[32];
+};
+struct qx4p {
+    float d[8];
+    int8_t lo[32], hi[32];
+};
+
 /* GGML rows (n elements) against activations quantized by qmatmul.c: Q8_K blocks for
  * the k-quants, struct qx8 blocks (see qmatmul.c) for Q8_0/Q4_0. xs: bytes between
  * tokens of xq. */
@@ -24,9 +39,8 @@ void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
-/* MLX affine rows against x quantized to struct qx8 blocks (for 4-bit, each block's
- * int8 values permuted by qmatmul.c: those meeting the low nibbles of its 16 code
- * bytes first, then the high nibbles). codes: the row's packed words; sc, bi: its
+/* MLX affine rows against x quantized to struct qx8 blocks (8-bit) or struct qx4p
+ * pairs (4-bit; n a multiple of 64). codes: the row's packed words; sc, bi: its
  * n / gs scales and biases, of type sbt (F32, F16 or BF16); xs: bytes between
  * tokens of xq; gsum: exact f32 group sums of x, gstr floats between tokens. */
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
