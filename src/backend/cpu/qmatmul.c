@@ -46,6 +46,10 @@ enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K };
 
 /* ---- activation quantization ---------------------------------------------------- */
 
+/* Round to nearest even for |v| <= 127.5 (what lrintf does in the default rounding
+ * mode, without the libm call): adding 1.5 * 2^23 leaves no fraction bits. */
+static inline int round_i8(float v) { return (int)((v + 12582912.0f) - 12582912.0f); }
+
 static void quantize_x8(const float *x, struct qx8 *b, int n) {
     for (int i = 0; i < n / 32; i++, x += 32) {
         float amax = 0.0f;
@@ -53,7 +57,7 @@ static void quantize_x8(const float *x, struct qx8 *b, int n) {
         float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            int q = (int)lrintf(x[j] * id);
+            int q = round_i8(x[j] * id);
             b[i].qs[j] = (int8_t)q;
             sum += q;
         }
@@ -71,7 +75,7 @@ static void quantize_q8K(const float *x, block_q8_K *b, int n) {
         for (int g = 0; g < QK_K / 16; g++) {
             int sum = 0;
             for (int j = 16 * g; j < 16 * g + 16; j++) {
-                int q = (int)lrintf(x[j] * id);
+                int q = round_i8(x[j] * id);
                 b[i].qs[j] = (int8_t)q;
                 sum += q;
             }
