@@ -14,11 +14,10 @@
  *    the tolerance is 1.001 A + 1e-5 S, S = sum_i (|w_i| + |m_i|) |x_i| bounding the
  *    f32 rounding of the block sums (m_i the block's min/offset term, for terms that
  *    cancel).
- *  - MLX quantizes x the same way (blocks of 32) for the s_g (q . x) part only; the
- *    b_g sum(x) part uses exact f32 sums. The 8-bit kernel uses q - 128 and adds
- *    128 s_g sum(x) exactly, so the quantized part is s (q or q - 128) . x~ with
- *    |s q| <= |w| + |b| and |128 s| bounded likewise: A uses |w_i| + |b_g| + 128 |s_g|
- *    in place of |w_i|, and S = sum_i 2 (|w_i| + |b_g| + 128 |s_g|) |x_i|. */
+ *  - MLX quantizes x to 16 bits in blocks of 32 (step d_b = max|x| / 32767) and sums
+ *    the bias terms over the quantized x too, so the product error is again
+ *    w . (x~ - x): A as above with 32767 for 127; S = sum_i 2 (|w_i| + |b_g| +
+ *    255 |s_g|) |x_i| (s q and b can be much larger than w where they cancel). */
 #include "test.h"
 
 #include "backend/cpu/kernels.h"
@@ -85,7 +84,7 @@ static int run_check(const struct gb_weight *w, const float *x, int n_tok, const
 /* amag: [n_out][n_in] the weight magnitudes multiplying the activation error (|w| for
  * GGML types); mag: [n_out][n_in] |w| plus the format's cancelling terms (see the
  * header); act_block: x quantization block. */
-static void check_all_tok(const struct gb_weight *w, const float *amag, const float *mag, int act_block,
+static void check_all_tok(const struct gb_weight *w, const float *amag, const float *mag, int act_block, float levels,
                           unsigned long long *seed, const char *what) {
     static const int toks[] = {1, 2, 3, 7, 16};
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
@@ -105,7 +104,7 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
                     float amax = 0.0f;
                     for (int i = b; i < b + nb; i++) amax = fmaxf(amax, fabsf(xt[i]));
                     for (int i = b; i < b + nb; i++) {
-                        a += fabs(wr[i]) * (amax / 127.0) / 2.0;
+                        a += fabs(wr[i]) * (amax / levels) / 2.0;
                         s += (double)mr[i] * fabs(xt[i]);
                     }
                 }
@@ -157,7 +156,7 @@ static void test_ggml(enum gb_type t, unsigned long long *seed) {
                     for (int j = i; j < i + bs; j++) mag[(size_t)o * n_in + j] = fabsf(deq[(size_t)o * n_in + j]) + 2 * mx;
                 }
             }
-            check_all_tok(&w, deq, mag, kq ? QK_K : 32, seed, tt->name);
+            check_all_tok(&w, deq, mag, kq ? QK_K : 32, 127.0f, seed, tt->name);
             free(data);
             free(src);
             free(deq);
@@ -193,13 +192,11 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
                 weight_get_row(&w, o, deq + (size_t)o * n_in);
                 for (int i = 0; i < n_in; i++) {
                     size_t gi = (size_t)o * ng + i / gs;
-                    float m = fabsf(deq[(size_t)o * n_in + i]) + fabsf(sb_get(sbt, bi, gi)) +
-                              128.0f * fabsf(sb_get(sbt, sc, gi));
-                    deq[(size_t)o * n_in + i] = m;
-                    mag[(size_t)o * n_in + i] = 2.0f * m;
+                    mag[(size_t)o * n_in + i] = 2.0f * (fabsf(deq[(size_t)o * n_in + i]) + fabsf(sb_get(sbt, bi, gi)) +
+                                                        255.0f * fabsf(sb_get(sbt, sc, gi)));
                 }
             }
-            check_all_tok(&w, deq, mag, 32, seed, what);
+            check_all_tok(&w, deq, mag, 32, 32767.0f, seed, what);
             free(data);
             free(sc);
             free(bi);

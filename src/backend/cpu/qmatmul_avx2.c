@@ -237,7 +237,7 @@ void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 #undef K
 }
 
-/* ---- MLX affine against qx8 ----------------------------------------------------------- */
+/* ---- MLX affine against qx16 ---------------------------------------------------------- */
 
 static ALWAYS_INLINE float sb_load(const void *p, enum gb_type t, size_t i) {
     if (t == GB_TYPE_F32) return ((const float *)p)[i];
@@ -256,172 +256,93 @@ static ALWAYS_INLINE __m256 sb_load8(const void *p, enum gb_type t, size_t i) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* gacc[u] = lanes of sum over the group's blocks b of dx_b (q . qx)_b, 8-bit codes:
- * 0..255 would saturate vpmaddubsw, so they are used as q - 128 (signed; the caller
- * adds 128 s xsum), through the |a| * sign(b, a) trick. */
-static ALWAYS_INLINE void mlx_group(int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
+/* gacc[u] = lanes of sum over the group's nb blocks b of dx_b (q . qx)_b. Codes are
+ * widened to 16 bits and meet the 16-bit x in vpmaddwd: per block two of them, whose
+ * int32 lanes (at most 32 * 255 * 32767 in all) are added and converted once.
+ * 4-bit: 16 code bytes, low nibbles (even elements) then high nibbles (odd ones),
+ * against x permuted the same way. */
+static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
                                     __m256 gacc[NT]) {
-    const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
+    const __m128i m4 = _mm_set1_epi8(15);
     UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(codes + 32 * b)), k80);
-        __m256i aq = _mm256_sign_epi8(q, q);
+        __m256i w0, w1;
+        if (bits == 4) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(codes + 16 * b));
+            w0 = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4));
+            w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        } else {
+            w0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b)));
+            w1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b + 16)));
+        }
         UNROLL_T for (int u = 0; u < T; u++) {
-            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + b;
-            __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
+            const struct qx16 *xb = (const struct qx16 *)(xq + (size_t)u * xs) + b;
+            __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)xb->qs)),
+                                         _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(xb->qs + 16))));
             gacc[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&xb->d), _mm256_cvtepi32_ps(p), gacc[u]);
         }
     }
 }
 
-/* y = hsum(tot0 + tot1) + sum_g b_g xsum_g (b_g + 128 s_g for 8-bit): bias terms 8
- * groups at a time into tot0's lanes, then the rest in order. */
-static ALWAYS_INLINE void mlx_finish(int bits, int ng, const void *sc, const void *bi, enum gb_type sbt,
-                                     const float *gsum, size_t gstr, int T, __m256 *tot0, const __m256 *tot1,
-                                     float *y, size_t ldy) {
-    int j = 0;
-    for (; j + 8 <= ng; j += 8) {
-        __m256 b = sb_load8(bi, sbt, (size_t)j);
-        if (bits == 8) b = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), sb_load8(sc, sbt, (size_t)j), b);
-        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
-    }
-    UNROLL_T for (int u = 0; u < T; u++) {
-        const float *gu = gsum + (size_t)u * gstr;
-        float bsum = 0.0f;
-        for (int i = j; i < ng; i++) {
-            float b = sb_load(bi, sbt, (size_t)i);
-            if (bits == 8) b += 128.0f * sb_load(sc, sbt, (size_t)i);
-            bsum += b * gu[i];
-        }
-        y[(size_t)u * ldy] = hsum8(_mm256_add_ps(tot0[u], tot1[u])) + bsum;
-    }
-}
-
-/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains. */
+/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains; then
+ * y = hsum(tot0 + tot1) + sum_g b_g xsum_g, the bias terms 8 groups at a time into
+ * tot0's lanes and the rest in order. */
 static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
                                    enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
                                    int T, float *y, size_t ldy) {
     int ng = n / gs, nb = gs / 32;
-    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx8);
+    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx16);
     __m256 tot0[NT], tot1[NT], g[NT];
     UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 2 <= ng; k += 2) {
-        mlx_group(nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
         __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
         UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
-        mlx_group(nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
         __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
         UNROLL_T for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
     }
     if (k < ng) {
-        mlx_group(nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
         __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
         UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
     }
-    mlx_finish(bits, ng, sc, bi, sbt, gsum, gstr, T, tot0, tot1, y, ldy);
+    int j = 0;
+    for (; j + 8 <= ng; j += 8) {
+        __m256 b = sb_load8(bi, sbt, (size_t)j);
+        UNROLL_T for (int u = 0; u < T; u++)
+            tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
+    }
+    UNROLL_T for (int u = 0; u < T; u++) {
+        const float *gu = gsum + (size_t)u * gstr;
+        float bsum = 0.0f;
+        for (int i = j; i < ng; i++) bsum += sb_load(bi, sbt, (size_t)i) * gu[i];
+        y[(size_t)u * ldy] = hsum8(_mm256_add_ps(tot0[u], tot1[u])) + bsum;
+    }
 }
 
-/* 4-bit: 32 code bytes (64 codes) per step against one struct qx4p: the low and
- * high nibbles, unsigned 0..15, meet lo[] and hi[] in vpmaddubsw; their int16 sums
- * (at most 2 * 2 * 15 * 127) are added before widening, so int32 lanes 0..3 hold the
- * first 32-element block's dot and lanes 4..7 the second's, scaled by d[] per lane.
- * Groups of 64 or more collect whole steps; with 32 the two halves of a step belong
- * to two groups and get their scales per lane. */
-static ALWAYS_INLINE __m256 mlx4_step(__m256i lo, __m256i hi, const struct qx4p *xb) {
-    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xb->lo)),
-                                   _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)xb->hi)));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
-}
-
-/* Scales of groups [g0, g0 + cnt) (cnt <= 8) in the lanes of one vector. */
-static ALWAYS_INLINE __m256 sb_load_upto8(const void *p, enum gb_type t, int g0, int cnt) {
-    if (cnt == 8) return sb_load8(p, t, (size_t)g0);
-    float v[8] = {0};
-    for (int k = 0; k < cnt; k++) v[k] = sb_load(p, t, (size_t)(g0 + k));
-    return _mm256_loadu_ps(v);
-}
-
-/* Scales are read 8 groups at a time and taken from their lanes by vpermps, so no
- * per-group scalar conversion sits in the loop; group k of 8 goes to tot0 (even k)
- * or tot1 (odd k), two chains. */
-static ALWAYS_INLINE void mlx4_tile(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
-                                    enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
-                                    int T, float *y, size_t ldy) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    int ng = n / gs, ppg = gs / 64;
-    __m256 tot0[NT], tot1[NT];
-    UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
-    for (int g0 = 0; g0 < ng; g0 += 8) {
-        int cnt = ng - g0 < 8 ? ng - g0 : 8;
-        __m256 sv8 = sb_load_upto8(sc, sbt, g0, cnt);
-        if (gs == 32) {
-            /* a step of 64 codes is two groups: lanes 0..3 and 4..7 */
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                if (2 * k >= cnt) break;
-                int p = g0 / 2 + k;
-                __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (size_t)p));
-                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                __m256 sv = _mm256_permutevar8x32_ps(sv8, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1,
-                                                                            2 * k + 1, 2 * k + 1, 2 * k + 1));
-                UNROLL_T for (int u = 0; u < T; u++) {
-                    const struct qx4p *xb = (const struct qx4p *)(xq + (size_t)u * xs) + p;
-                    __m256 f = _mm256_mul_ps(_mm256_loadu_ps(xb->d), mlx4_step(lo, hi, xb));
-                    if (k & 1) tot1[u] = _mm256_fmadd_ps(sv, f, tot1[u]);
-                    else tot0[u] = _mm256_fmadd_ps(sv, f, tot0[u]);
-                }
-            }
-            continue;
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            if (k >= cnt) break;
-            __m256 gacc[NT];
-            UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
-            for (int p = (g0 + k) * ppg; p < (g0 + k + 1) * ppg; p++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(codes + 32 * (size_t)p));
-                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                UNROLL_T for (int u = 0; u < T; u++) {
-                    const struct qx4p *xb = (const struct qx4p *)(xq + (size_t)u * xs) + p;
-                    gacc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(xb->d), mlx4_step(lo, hi, xb), gacc[u]);
-                }
-            }
-            __m256 s = _mm256_permutevar8x32_ps(sv8, _mm256_set1_epi32(k));
-            UNROLL_T for (int u = 0; u < T; u++) {
-                if (k & 1) tot1[u] = _mm256_fmadd_ps(s, gacc[u], tot1[u]);
-                else tot0[u] = _mm256_fmadd_ps(s, gacc[u], tot0[u]);
-            }
+static ALWAYS_INLINE void mlxdot(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                 enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                                 float *y, size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        const float *gu = gsum + (size_t)u0 * gstr;
+        float *yu = y + (size_t)u0 * ldy;
+        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
+        case 3: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
+        case 2: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
+        default: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
         }
     }
-    mlx_finish(4, ng, sc, bi, sbt, gsum, gstr, T, tot0, tot1, y, ldy);
 }
 
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
                   const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
-    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
-        const char *xu = (const char *)xq + (size_t)u0 * xs;
-        const float *gu = gsum + (size_t)u0 * gstr;
-        float *yu = y + (size_t)u0 * ldy;
-        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
-        case 3: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
-        case 2: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
-        default: mlx4_tile(n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
-        }
-    }
+    mlxdot(4, n, gs, codes, sc, bi, sbt, xq, xs, gsum, gstr, nt, y, ldy);
 }
 
 void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
                   const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
-    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
-        const char *xu = (const char *)xq + (size_t)u0 * xs;
-        const float *gu = gsum + (size_t)u0 * gstr;
-        float *yu = y + (size_t)u0 * ldy;
-        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
-        case 3: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
-        case 2: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
-        default: mlx_tile(8, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
-        }
-    }
+    mlxdot(8, n, gs, codes, sc, bi, sbt, xq, xs, gsum, gstr, nt, y, ldy);
 }

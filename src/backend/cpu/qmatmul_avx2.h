@@ -16,18 +16,16 @@
 #include <stdint.h>
 
 /* Activation blocks, written by qmatmul.c. qx8: x ~ d * qs over 32 elements, and
- * s = d * sum(qs). qx4p: two qx8 blocks (64 elements) laid out for 4-bit MLX codes:
- * 32 code bytes hold elements 2k (low nibble of byte k) and 2k + 1 (high nibble) of
- * each 32-element half, so lo[] holds the x of the low nibbles (evens of the first
- * block, then evens of the second) and hi[] those of the high nibbles; d[] is the
- * first block's scale 4 times, then the second's (one per int32 lane of the dot). */
+ * s = d * sum(qs). qx16: the same with 16-bit qs (MLX weights); for the AVX2 4-bit
+ * kernel qs holds the x of the even elements first, then the odd ones (the order in
+ * which low and high nibbles come out of 16 code bytes). */
 struct qx8 {
     float d, s;
     int8_t qs[32];
 };
-struct qx4p {
-    float d[8];
-    int8_t lo[32], hi[32];
+struct qx16 {
+    float d, s;
+    int16_t qs[32];
 };
 
 /* GGML rows (n elements) against activations quantized by qmatmul.c: Q8_K blocks for
@@ -39,10 +37,10 @@ void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
-/* MLX affine rows against x quantized to struct qx8 blocks (8-bit) or struct qx4p
- * pairs (4-bit; n a multiple of 64). codes: the row's packed words; sc, bi: its
- * n / gs scales and biases, of type sbt (F32, F16 or BF16); xs: bytes between
- * tokens of xq; gsum: exact f32 group sums of x, gstr floats between tokens. */
+/* MLX affine rows against x quantized to struct qx16 blocks. codes: the row's packed
+ * words; sc, bi: its n / gs scales and biases, of type sbt (F32, F16 or BF16); xs:
+ * bytes between tokens of xq; gsum: per-group sums of the quantized x (sum of the
+ * blocks' s), gstr floats between tokens. */
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
                   enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
                   int nt, float *y, size_t ldy);
