@@ -7,7 +7,8 @@
  * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), fast and
  * scalar kernels, 1 and 2 threads. Reports the fastest call and the median: on a
  * shared machine other load only ever slows a call down.
- * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3]
+ * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3|fast]
+ * With "fast": the fast kernels only.
  * With "l3": only 2000 decode calls on one matrix with the fast kernels and 1 thread,
  * for `perf stat` (cycles per byte, unaffected by time slicing on a busy machine). */
 #include "backend/cpu/kernels.h"
@@ -142,7 +143,8 @@ int main(int argc, char **argv) {
             free(mem);
             continue;
         }
-        for (int scalar = 0; scalar < 2; scalar++) {
+        int only_fast = argc > 3 && strcmp(argv[3], "fast") == 0;
+        for (int scalar = 0; scalar < 2 - only_fast; scalar++) {
             cpu_force_ref(scalar);
             for (int t = 0; t < 2; t++) {
                 double b1, m1, bp, mp, bc, mc;
