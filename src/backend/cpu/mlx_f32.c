@@ -91,8 +91,8 @@ size_t mlx_f32_work_size(const struct gb_weight *w, int n_tok) {
 void mlx_f32_matmul(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
     GB_ASSERT(w->kind == GB_WEIGHT_MLX && w->n_in % w->group_size == 0);
     struct mlx_job j = {.w = w, .x = x, .gsum = work, .y = y, .n_tok = n_tok};
-    /* the AVX2 kernel handles 4- and 8-bit codes in groups of a multiple of 8 */
-    j.fast = cpu_has_avx2() && (w->bits == 4 || w->bits == 8) && w->group_size % 8 == 0;
+    /* the AVX2 kernel handles 4- and 8-bit codes in groups of a multiple of 32 */
+    j.fast = cpu_has_avx2() && (w->bits == 4 || w->bits == 8) && w->group_size % 32 == 0;
     atomic_init(&j.next, 0);
     tp_run(tp, gsum_worker, &j);
     tp_run(tp, rows_worker, &j);
