@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
         struct gb_weight *ws = make_set(&fmts[f], &n_w, &mem);
         size_t wbytes = weight_nbytes(&ws[0]);
         use_f32 = fmts[f].f32;
-        size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK), fsz = mlx_f32_work_size(&ws[0], PREFILL_TOK);
+        size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK), fsz = fmts[f].f32 ? mlx_f32_work_size(&ws[0], PREFILL_TOK) : 0;
         void *work = malloc((fsz > wsz ? fsz : wsz) + 64);
         if (argc > 3 && strcmp(argv[3], "l3") == 0) {
             struct timespec c0, c1;
