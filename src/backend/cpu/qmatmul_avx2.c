@@ -270,14 +270,16 @@ static ALWAYS_INLINE __m256 sb_load8(const void *p, enum gb_type t, size_t i) {
  * against x permuted the same way. */
 static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
                                     __m256 gacc[NT]) {
-    const __m128i m4 = _mm_set1_epi8(15);
+    const __m256i m4 = _mm256_set1_epi16(15);
     UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m256i w0, w1;
         if (bits == 4) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(codes + 16 * b));
-            w0 = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4));
-            w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
+            /* each byte widened to 16 bits: low nibble masked, high nibble shifted down
+             * (the zero-extended top byte leaves nothing else) */
+            __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 16 * b)));
+            w0 = _mm256_and_si256(v, m4);
+            w1 = _mm256_srli_epi16(v, 4);
         } else {
             w0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b)));
             w1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b + 16)));
