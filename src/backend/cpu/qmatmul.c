@@ -480,7 +480,7 @@ static void prep_worker(void *ctx, int ith, int nth) {
 
 static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
     const struct gb_weight *w = j->w;
-    int n = (int)w->n_in, gs = w->group_size, ng = n / gs;
+    int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
     size_t esz = w->sb_type == GB_TYPE_F32 ? 4 : 2;
     const uint8_t *codes = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
     const char *sc = (const char *)w->scales + (size_t)o * (size_t)ng * esz;
@@ -554,8 +554,9 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
     atomic_init(&j.next, 0);
     if (w->kind == GB_WEIGHT_MLX) {
-        GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size > 0 && w->n_in % w->group_size == 0 &&
-                  w->n_in % 32 == 0);
+        /* group sizes are powers of two (32, 64, 128): the kernels divide by shifts */
+        GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size >= 32 && (w->group_size & (w->group_size - 1)) == 0 &&
+                  w->n_in % w->group_size == 0);
         j.permuted = j.fast && w->bits == 4;
         j.xq = work;
         j.xs = (size_t)(w->n_in / 32) * sizeof(struct qx16);

@@ -299,7 +299,7 @@ static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, cons
 static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
                                    enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
                                    int T, float *y, size_t ldy) {
-    int ng = n / gs, nb = gs / 32;
+    int ng = n >> __builtin_ctz((unsigned)gs), nb = gs >> 5; /* gs a power of two: no idiv per row */
     size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx16);
     __m256 tot0[NT], tot1[NT], g[NT];
     UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
