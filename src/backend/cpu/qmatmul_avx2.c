@@ -146,6 +146,7 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
         const block_q6_K *b = w + i;
         __m256i sumi[NT];
         UNROLL_T for (int u = 0; u < T; u++) sumi[u] = _mm256_setzero_si256();
+        __m256i sall = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->scales));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -159,8 +160,12 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const int8_t *s = b->scales + 8 * h + 2 * k;
-                __m256i sv = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+                /* scales a = 8h + 2k (low lane) and a + 1 (high lane) from the 16 in
+                 * both lanes of sall: each byte doubled into an int16, then the
+                 * arithmetic shift sign-extends it */
+                int a = 8 * h + 2 * k;
+                __m256i sv = _mm256_srai_epi16(
+                    _mm256_shuffle_epi8(sall, _mm256_set_m128i(_mm_set1_epi8((char)(a + 1)), _mm_set1_epi8((char)a))), 8);
                 UNROLL_T for (int u = 0; u < T; u++) {
                     const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
                     __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
