@@ -4,8 +4,7 @@
  *           set of matrices totalling >= 512 MiB walked in turn, so every call reads
  *           from DRAM;
  *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add), same walk.
- * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales; MLX4f and
- * MLX8f: the same through mlx_f32_matmul, f32 activations), fast and
+ * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), fast and
  * scalar kernels, 1 and 2 threads. Reports the fastest call and the median: on a
  * shared machine other load only ever slows a call down.
  * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3|fast]
@@ -13,7 +12,6 @@
  * With "l3": only 2000 decode calls on one matrix with the fast kernels and 1 thread,
  * for `perf stat` (cycles per byte, unaffected by time slicing on a busy machine). */
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/mlx_f32.h"
 #include "base/fp16.h"
 #include "base/timer.h"
 #include "tensor/quant_ref.h"
@@ -37,7 +35,7 @@ struct fmt {
     const char *name;
     int mlx_bits;      /* 0: GGML type */
     enum gb_type type;
-    int f32;           /* MLX through mlx_f32_matmul (f32 activations), for comparison */
+    int unused;        /* (kept for the initialisers) */
 };
 
 /* n_w matrices sharing nothing, each a full copy of a pattern of quantized rows. */
@@ -96,11 +94,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int use_f32;
-
 static void call(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
-    if (use_f32) mlx_f32_matmul(tp, y, x, w, n_tok, work);
-    else matmul_w(tp, y, x, w, n_tok, work);
+    matmul_w(tp, y, x, w, n_tok, work);
 }
 
 static void measure(threadpool_t *tp, const struct gb_weight *ws, int n_w, int n_tok, float *y, const float *x,
@@ -126,7 +121,6 @@ int main(int argc, char **argv) {
         {"Q4_K", 0, GB_TYPE_Q4_K, 0}, {"Q6_K", 0, GB_TYPE_Q6_K, 0}, {"Q8_0", 0, GB_TYPE_Q8_0, 0},
         {"Q5_K", 0, GB_TYPE_Q5_K, 0}, {"Q4_0", 0, GB_TYPE_Q4_0, 0},
         {"MLX4", 4, GB_TYPE_U32, 0},  {"MLX8", 8, GB_TYPE_U32, 0},
-        {"MLX4f", 4, GB_TYPE_U32, 1}, {"MLX8f", 8, GB_TYPE_U32, 1},
     };
     threadpool_t *tps[2] = {tp_create(1), tp_create(2)};
     float *x = malloc(sizeof(float) * N_IN * PREFILL_TOK), *y = malloc(sizeof(float) * N_OUT * PREFILL_TOK);
@@ -140,9 +134,8 @@ int main(int argc, char **argv) {
         void *mem;
         struct gb_weight *ws = make_set(&fmts[f], &n_w, &mem);
         size_t wbytes = weight_nbytes(&ws[0]);
-        use_f32 = fmts[f].f32;
-        size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK), fsz = fmts[f].f32 ? mlx_f32_work_size(&ws[0], PREFILL_TOK) : 0;
-        void *work = malloc((fsz > wsz ? fsz : wsz) + 64);
+        size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK);
+        void *work = malloc(wsz + 64);
         if (argc > 3 && strcmp(argv[3], "l3") == 0) {
             struct timespec c0, c1;
             clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);

@@ -2,7 +2,6 @@
  * of attention) is in kernels.c; this file does the layout and the threading. */
 #include "backend/ops.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/mlx_f32.h"
 #include "base/fp16.h"
 #include "base/status.h"
 
@@ -15,11 +14,6 @@ void op_matmul(struct backend *be, float *y, const float *x, const struct gb_wei
     const int n_out = (int)w->n_out;
     if (be->reference) {
         matmul_w_ref(y, x, w, n_tok);
-    } else if (w->kind == GB_WEIGHT_MLX) {
-        /* MLX keeps f32 activations: its golden bound (2e-2 of the logit scale) does not
-         * survive 8-bit activation blocks on codes in [0, 2^bits) */
-        GB_ASSERT(mlx_f32_work_size(w, n_tok) <= be->work_size);
-        mlx_f32_matmul(be->tp, y, x, w, n_tok, be->work);
     } else {
         GB_ASSERT(matmul_w_work_size(w, n_tok) <= be->work_size);
         matmul_w(be->tp, y, x, w, n_tok, be->work);
@@ -28,9 +22,7 @@ void op_matmul(struct backend *be, float *y, const float *x, const struct gb_wei
         for (int t = 0; t < n_tok; t++) op_add(y + (size_t)t * n_out, bias, n_out);
 }
 
-size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) {
-    return w->kind == GB_WEIGHT_MLX ? mlx_f32_work_size(w, n_tok) : matmul_w_work_size(w, n_tok);
-}
+size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) { return matmul_w_work_size(w, n_tok); }
 
 void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok) {
     for (int t = 0; t < n_tok; t++) {
