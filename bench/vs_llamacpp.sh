@@ -96,7 +96,7 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $CPU, $(nproc) CPUs, $(awk '/MemTotal
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 BUSY=$(top -bn1 -w 200 2>/dev/null | awk 'NR > 7 && $9 + 0 >= 20 && $12 != "top" {print $12 " (" $9 "% CPU)"}' | paste -sd, - || true)
 [ -z "$BUSY" ] || echo "== WARNING: other busy processes: $BUSY -- numbers below will be low and noisy" >&2
-echo "== -p $P -n $N -r $REPS, threads: $THREADS; gerbil $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), llama.cpp $(git -C "$LLAMA_CPP_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo "$LLAMA_CPP_BIN")"
+echo "== -p $P -n $N -r $REPS, threads: $THREADS; $("$BUILD/gerbil" --version) (repo HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), binary from $BUILD), llama.cpp $(git -C "$LLAMA_CPP_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo "$LLAMA_CPP_BIN")"
 [ "$P" = 512 ] && [ "$N" = 128 ] && [ "$REPS" = 3 ] || echo "== NOTE: reduced from the standard -p 512 -n 128 -r 3"
 
 # timed OUT_JSON RSS_FILE CMD...: run CMD, stdout to OUT_JSON, max RSS (kB) to RSS_FILE
