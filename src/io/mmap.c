@@ -74,6 +74,9 @@ gerbil_status mapped_file_copy_to_memory(struct mapped_file *mf, load_progress_f
     for (size_t off = 0; off < mf->size; off += chunk) {
         size_t n = mf->size - off < chunk ? mf->size - off : chunk;
         memcpy((char *)copy + off, (const char *)mf->data + off, n);
+        /* drop the file's pages from this process as we go, so the load peak is the
+         * copy, not the copy plus the mapping (off is page-aligned: chunk is) */
+        madvise((char *)mf->data + off, n, MADV_DONTNEED);
         if (progress) progress(user, mf->path, off + n, mf->size);
     }
     mprotect(copy, mf->size, PROT_READ); /* weights are never written */
