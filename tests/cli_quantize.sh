@@ -71,6 +71,56 @@ for m in qwen3-f32 llama-f32 qwen2-f32; do
     done
 done
 
+# K-quants with real 256-blocks: a 1-layer Llama (untied, so output.weight exists) with
+# hidden 256 written here (random f32 weights, pure python); q4_k / q5_k / q6_k / q4_k_m
+# must load and track the f32 logits (f32 <= 2e-3; correlation q6_k >= 0.99, q5_k >= 0.98,
+# q4_k / q4_k_m >= 0.9), with no fallback reported, and q4_k_m must mix Q4_K and Q6_K.
+python3 - "$T/k256" <<'EOF'
+import json, os, random, struct, sys
+d = sys.argv[1]; os.makedirs(d)
+random.seed(7)
+H, F, V, NH, NKV, HD = 256, 512, 256, 4, 2, 64
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+           "intermediate_size": F, "num_hidden_layers": 1, "num_attention_heads": NH,
+           "num_key_value_heads": NKV, "head_dim": HD, "vocab_size": V, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "max_position_embeddings": 256, "tie_word_embeddings": False,
+           "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2}, open(f"{d}/config.json", "w"))
+shapes = {"model.embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "model.norm.weight": (H,),
+          "model.layers.0.input_layernorm.weight": (H,), "model.layers.0.post_attention_layernorm.weight": (H,),
+          "model.layers.0.self_attn.q_proj.weight": (NH * HD, H), "model.layers.0.self_attn.k_proj.weight": (NKV * HD, H),
+          "model.layers.0.self_attn.v_proj.weight": (NKV * HD, H), "model.layers.0.self_attn.o_proj.weight": (H, NH * HD),
+          "model.layers.0.mlp.gate_proj.weight": (F, H), "model.layers.0.mlp.up_proj.weight": (F, H),
+          "model.layers.0.mlp.down_proj.weight": (H, F)}
+hdr, blobs, off = {}, [], 0
+for name, sh in shapes.items():
+    n = sh[0] * (sh[1] if len(sh) > 1 else 1)
+    v = [1 + 0.2 * random.gauss(0, 1) for _ in range(n)] if len(sh) == 1 else \
+        [random.gauss(0, 1.5 / 16) for _ in range(n)]
+    b = struct.pack(f"<{n}f", *v)
+    hdr[name] = {"dtype": "F32", "shape": list(sh), "data_offsets": [off, off + len(b)]}
+    blobs.append(b); off += len(b)
+h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+with open(f"{d}/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h))); f.write(h); [f.write(b) for b in blobs]
+EOF
+if "$G" logits --model "$T/k256" --ids $IDS --all -t 1 >"$T/k256.ref.json" 2>"$T/err"; then
+    for ty in f32 q4_k q5_k q6_k q4_k_m; do
+        if ! "$G" quantize "$T/k256" "$T/k256-$ty.gguf" --type $ty >/dev/null 2>"$T/q.err"; then
+            bad "k256 $ty: quantize failed"; tail -5 "$T/q.err"; continue
+        fi
+        if grep -q "fallback" "$T/q.err"; then bad "k256 $ty: unexpected fallback"; grep fallback "$T/q.err" | head -3; fi
+        if ! "$G" logits --model "$T/k256-$ty.gguf" --ids $IDS --all -t 1 >"$T/o.json" 2>"$T/err"; then
+            bad "k256 $ty: logits"; cat "$T/err"; continue
+        fi
+        case $ty in f32) b="0.002 0.99999 16" ;; q6_k) b="2 0.99 8" ;; q5_k) b="3 0.98 8" ;; *) b="100 0.9 0" ;; esac
+        if compare "k256 $ty" "$T/k256.ref.json" "$T/o.json" $b; then ok; else bad "k256 $ty: logits differ"; fi
+    done
+    "$G" info --model "$T/k256-q4_k_m.gguf" >"$T/info" 2>&1
+    if grep -q "Q4_K" "$T/info" && grep -q "Q6_K" "$T/info"; then ok; else bad "k256 q4_k_m: Q4_K + Q6_K mix"; grep dtypes "$T/info"; fi
+else
+    bad "k256: reference logits"; cat "$T/err"
+fi
+
 # output type naming and errors
 "$G" quantize $FX/qwen3-f32 "$T/x.gguf" --type q3_x >/dev/null 2>"$T/err"
 if [ $? -eq 2 ] && grep -q 'unknown --type "q3_x"' "$T/err"; then ok; else bad "unknown type"; fi
