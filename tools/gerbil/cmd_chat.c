@@ -80,40 +80,20 @@ int cmd_chat(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
-        if (r < 0) return 2;
+        if (!r) r = textgen_parse_opt(&tg, "chat", argc, argv, &i);
+        if (r < 0) { free(system); return 2; }
         if (r) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
-        if (!strcmp(a, "--think") || !strcmp(a, "--no-think")) {
-            tg.var_names[0] = "enable_thinking";
-            tg.var_values[0] = !strcmp(a, "--think") ? "true" : "false";
-            tg.n_vars = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); free(system); return 0; }
+        if (!strcmp(a, "--system")) {
+            if (!(v = cli_value(argc, argv, &i))) { free(system); return 2; }
+            free(system);
+            system = strdup(v);
             continue;
         }
-        static const char *value_flags[] = {"--max-tokens", "-n", "--temperature", "--temp", "--top-k", "--top-p",
-                                            "--min-p", "--repeat-penalty", "--repetition-penalty", "--seed", "--system"};
-        int takes_value = 0;
-        for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) takes_value |= !strcmp(a, value_flags[k]);
-        if (!takes_value) {
-            fprintf(stderr, "gerbil chat: unknown option \"%s\"\n", a);
-            help(stderr);
-            return 2;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        gerbil_sampler_params *sp = &tg.sampling;
-        int bad = 0;
-        if (!strcmp(a, "--system")) { free(system); system = strdup(v); }
-        else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 1, 1 << 24, &tg.gen.max_tokens);
-        else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) bad = cli_parse_float(a, v, &sp->temperature);
-        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, v, 0, 1 << 30, &sp->top_k);
-        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp->top_p);
-        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp->min_p);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            sp->seed = strtoull(v, &end, 10);
-            if (end == v || *end) { fprintf(stderr, "gerbil chat: --seed: expected an integer, got \"%s\"\n", v); bad = 1; }
-        }
-        else bad = cli_parse_float(a, v, &sp->repetition_penalty);
-        if (bad) { free(system); return 2; }
+        fprintf(stderr, "gerbil chat: unknown option \"%s\"\n", a);
+        help(stderr);
+        free(system);
+        return 2;
     }
 
     int rc = 1;

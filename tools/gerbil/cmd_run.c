@@ -74,53 +74,24 @@ int cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
+        if (!r) r = textgen_parse_opt(&tg, "run", argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--raw")) { raw = 1; continue; }
-        if (!strcmp(a, "--ignore-eos")) { tg.gen.ignore_eos = 1; continue; }
-        if (!strcmp(a, "--think") || !strcmp(a, "--no-think")) {
-            tg.var_names[0] = "enable_thinking";
-            tg.var_values[0] = !strcmp(a, "--think") ? "true" : "false";
-            tg.n_vars = 1;
+        if (!strcmp(a, "--ids") || !strcmp(a, "--system")) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            *(!strcmp(a, "--ids") ? &ids_arg : &system) = v;
             continue;
         }
-        static const char *value_flags[] = {"--ids", "--max-tokens", "-n", "--temperature", "--temp", "--top-k",
-                                            "--top-p", "--min-p", "--repeat-penalty", "--repetition-penalty",
-                                            "--seed", "--system", "--stop"};
-        int takes_value = 0;
-        for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) takes_value |= !strcmp(a, value_flags[k]);
-        if (a[0] == '-' && a[1] && !takes_value) {
+        if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gerbil run: unknown option \"%s\"\n", a);
             help(stderr);
             return 2;
         }
-        if (takes_value && !(v = cli_value(argc, argv, &i))) return 2;
-        int bad = 0;
-        gerbil_sampler_params *sp = &tg.sampling;
-        if (!strcmp(a, "--ids")) ids_arg = v;
-        else if (!strcmp(a, "--system")) system = v;
-        else if (!strcmp(a, "--stop")) {
-            if (tg.n_stops == TEXTGEN_MAX_STOPS) { fprintf(stderr, "gerbil run: at most %d --stop\n", TEXTGEN_MAX_STOPS); return 2; }
-            tg.stops[tg.n_stops++] = v;
-        } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 0, 1 << 24, &tg.gen.max_tokens);
-        else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) bad = cli_parse_float(a, v, &sp->temperature);
-        else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, v, 0, 1 << 30, &sp->top_k);
-        else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp->top_p);
-        else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp->min_p);
-        else if (!strcmp(a, "--repeat-penalty") || !strcmp(a, "--repetition-penalty"))
-            bad = cli_parse_float(a, v, &sp->repetition_penalty);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (end == v || *end) { fprintf(stderr, "gerbil run: --seed: expected an integer, got \"%s\"\n", v); return 2; }
-            sp->seed = s;
-        } else {
-            if (text) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
-            text = a;
-        }
-        if (bad) return 2;
+        if (text) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
+        text = a;
     }
     if (!ids_arg && !text) { fprintf(stderr, "gerbil run: no prompt (give text, '-' for stdin, or --ids 1,17,300)\n"); return 2; }
     if (ids_arg && text) { fprintf(stderr, "gerbil run: give either a text prompt or --ids, not both\n"); return 2; }

@@ -7,6 +7,50 @@
 #include <string.h>
 #include <sys/stat.h>
 
+int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    gerbil_sampler_params *sp = &tg->sampling;
+    if (!strcmp(a, "--ignore-eos")) { tg->gen.ignore_eos = 1; return 1; }
+    if (!strcmp(a, "--think") || !strcmp(a, "--no-think")) {
+        tg->var_names[0] = "enable_thinking";
+        tg->var_values[0] = !strcmp(a, "--think") ? "true" : "false";
+        tg->n_vars = 1;
+        return 1;
+    }
+    static const char *const value_flags[] = {"--max-tokens", "-n", "--temperature", "--temp", "--top-k", "--top-p",
+                                              "--min-p", "--repeat-penalty", "--repetition-penalty", "--seed",
+                                              "--stop"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) known |= !strcmp(a, value_flags[k]);
+    if (!known) return 0;
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (!strcmp(a, "--stop")) {
+        if (tg->n_stops == TEXTGEN_MAX_STOPS) {
+            fprintf(stderr, "gerbil %s: at most %d --stop\n", cmd, TEXTGEN_MAX_STOPS);
+            return -1;
+        }
+        tg->stops[tg->n_stops++] = v;
+        return 1;
+    }
+    if (!strcmp(a, "--seed")) {
+        char *end;
+        sp->seed = strtoull(v, &end, 10);
+        if (end == v || *end) {
+            fprintf(stderr, "gerbil %s: --seed: expected an integer, got \"%s\"\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    int bad;
+    if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) bad = cli_parse_int(a, v, 0, 1 << 24, &tg->gen.max_tokens);
+    else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp")) bad = cli_parse_float(a, v, &sp->temperature);
+    else if (!strcmp(a, "--top-k")) bad = cli_parse_int(a, v, 0, 1 << 30, &sp->top_k);
+    else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp->top_p);
+    else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp->min_p);
+    else bad = cli_parse_float(a, v, &sp->repetition_penalty);
+    return bad ? -1 : 1;
+}
+
 /* The text of a special token id, or NULL. */
 static char *token_text(gerbil_tokenizer_t tok, int32_t id) {
     char *text = NULL;

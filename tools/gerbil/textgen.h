@@ -33,6 +33,11 @@ struct textgen_out {
     gerbil_generate_result res;
 };
 
+/* The generation flags run and chat share (sampling, -n, --stop, --ignore-eos,
+ * --think/--no-think). Returns 1 if argv[*i] (and its value) was one, 0 if not, -1 on
+ * a bad value (message printed). */
+int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv, int *i);
+
 /* Load the tokenizer and chat template of dir (both optional). Prints errors. */
 int textgen_load_text(struct textgen *tg, const char *dir);
 /* Render messages (a JSON array) with the chat template and tokenize the result for

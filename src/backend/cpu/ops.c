@@ -51,48 +51,43 @@ void op_add(float *y, const float *x, long n) {
     for (long i = 0; i < n; i++) y[i] += x[i];
 }
 
-void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
-             int n_tok, int n_heads, int head_dim, int n_rot) {
+/* cos and sin of pos * inv_freq[i] (the f32 product, as torch computes it), times scale. */
+static void rope_angles(int32_t pos, const float *inv_freq, float scale, int half, float *cs, float *sn) {
+    for (int i = 0; i < half; i++) {
+        float ang = (float)pos * inv_freq[i];
+        cs[i] = (float)cos((double)ang) * scale;
+        sn[i] = (float)sin((double)ang) * scale;
+    }
+}
+
+/* Rotate pairs (v[lo], v[hi]): (i, i + half) in the rotate-half layout, (2i, 2i + 1) interleaved. */
+static void rope_apply(float *x, const int32_t *pos, const float *inv_freq, float scale, int n_tok, int n_heads,
+                       int head_dim, int n_rot, int interleaved) {
     const int half = n_rot / 2;
     float cs[512], sn[512];
     GB_ASSERT(half <= 512);
     for (int t = 0; t < n_tok; t++) {
-        for (int i = 0; i < half; i++) {
-            float ang = (float)pos[t] * inv_freq[i]; /* f32 product, as torch does */
-            cs[i] = (float)cos((double)ang) * scale;
-            sn[i] = (float)sin((double)ang) * scale;
-        }
+        rope_angles(pos[t], inv_freq, scale, half, cs, sn);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * head_dim;
             for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * cs[i] - b * sn[i];
-                v[i + half] = b * cs[i] + a * sn[i];
+                const int lo = interleaved ? 2 * i : i, hi = interleaved ? 2 * i + 1 : i + half;
+                float a = v[lo], b = v[hi];
+                v[lo] = a * cs[i] - b * sn[i];
+                v[hi] = b * cs[i] + a * sn[i];
             }
         }
     }
 }
 
+void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
+             int n_tok, int n_heads, int head_dim, int n_rot) {
+    rope_apply(x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 0);
+}
+
 void op_rope_interleaved(float *x, const int32_t *pos, const float *inv_freq, float scale,
                          int n_tok, int n_heads, int head_dim, int n_rot) {
-    const int half = n_rot / 2;
-    float cs[512], sn[512];
-    GB_ASSERT(half <= 512);
-    for (int t = 0; t < n_tok; t++) {
-        for (int i = 0; i < half; i++) {
-            float ang = (float)pos[t] * inv_freq[i];
-            cs[i] = (float)cos((double)ang) * scale;
-            sn[i] = (float)sin((double)ang) * scale;
-        }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * head_dim;
-            for (int i = 0; i < half; i++) {
-                float a = v[2 * i], b = v[2 * i + 1];
-                v[2 * i] = a * cs[i] - b * sn[i];
-                v[2 * i + 1] = b * cs[i] + a * sn[i];
-            }
-        }
-    }
+    rope_apply(x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 1);
 }
 
 void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width) {
