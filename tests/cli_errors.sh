@@ -80,6 +80,16 @@ mkdir -p "$T/shape" && cp $FX/qwen2-f32/model.safetensors "$T/shape/"
 sed 's/"intermediate_size": 128/"intermediate_size": 96/' $FX/qwen2-f32/config.json > "$T/shape/config.json"
 expect_fail "shape mismatch" 'expected shape \[96, 64\], found \[128, 64\]' "$G" info --model "$T/shape"
 
+# GGUF: a missing tensor is named as the file spells it; truncation and junk are refused
+Q=$FX/qwen3-gguf-q8_0/model.gguf
+sed 's/blk\.0\.ffn_up\.weight/blk.0.ffn_XX.weight/' $Q > "$T/miss.gguf"
+expect_fail "gguf missing tensor" 'missing tensor "blk.0.ffn_up.weight"' "$G" info --model "$T/miss.gguf"
+head -c 300000 $Q > "$T/trunc.gguf"
+expect_fail "gguf truncated" "trunc.gguf" "$G" info --model "$T/trunc.gguf"
+head -c 4096 /dev/urandom > "$T/junk.gguf"
+expect_fail "gguf junk" "junk.gguf" "$G" info --model "$T/junk.gguf"
+expect_fail "gguf id outside vocab" "outside the vocabulary" "$G" logits --model $Q --ids 1,999
+
 # the parity contracts
 expect_ok "info" "architecture: +Qwen3ForCausalLM" "$G" info --model $FX/qwen3-bf16
 expect_ok "logits last" '^\{"n_vocab": 256, "logits": \[\[[^]]*\]\]\}$' "$G" logits --model $M --ids 1,17,100

@@ -30,7 +30,10 @@ static gerbil_status get_matrix(struct binder *b, const char *name, int64_t rows
 /* A vector (norm weight, bias) converted to f32 once at load. */
 static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, const float **out) {
     const struct gb_tensor *t = wsrc_find(&b->m->src, name);
-    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
+    char fname[256];
+    if (!t)
+        return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", wsrc_file_name(&b->m->src, name, fname, sizeof fname));
+    name = t->name;
     if (t->n_dims != 1 || t->ne[0] != n)
         return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld]", name, (long long)n);
     if (!type_traits(t->type)->is_float)

@@ -47,6 +47,11 @@ const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_
     return gguf_find_tensor(&s->gg, name);
 }
 
+const char *wsrc_file_name(const struct weight_source *s, const char *hf_name, char *buf, size_t cap) {
+    if (!s->is_gguf || gguf_name(hf_name, buf, cap)) return hf_name;
+    return buf;
+}
+
 int wsrc_n_tensors(const struct weight_source *s) {
     return s->is_gguf ? s->gg.n_tensors : st_checkpoint_n_tensors(&s->ck);
 }
@@ -129,7 +134,8 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
 gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64_t rows, int64_t cols,
                           struct gb_weight *out) {
     const struct gb_tensor *t = wsrc_find(s, name);
-    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", name);
+    char fname[256];
+    if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", wsrc_file_name(s, name, fname, sizeof fname));
     if (!s->is_gguf) {
         char sn[272];
         size_t len = strlen(name);
@@ -138,7 +144,7 @@ gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64
             if (wsrc_find(s, sn)) return mlx_matrix(s, name, t, rows, cols, out);
         }
     }
-    if (!has_shape(t, rows, cols)) return shape_error(t, name, rows, cols);
+    if (!has_shape(t, rows, cols)) return shape_error(t, t->name, rows, cols);
     const struct gb_type_traits *tt = type_traits(t->type);
     if (!tt->is_float && !tt->is_quant)
         return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s cannot be a weight matrix", name,

@@ -19,6 +19,8 @@ struct weight_source {
 /* NULL when absent. */
 const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name);
 int wsrc_n_tensors(const struct weight_source *s);
+/* hf_name as the file spells it (the GGUF name for GGUF files), for messages. */
+const char *wsrc_file_name(const struct weight_source *s, const char *hf_name, char *buf, size_t cap);
 const struct gb_tensor *wsrc_at(const struct weight_source *s, int i);
 /* A [rows][cols] matrix named hf_name ("...weight"): a float type, a GGML block type,
  * or MLX affine (hf_name's .scales/.biases beside it). The message names the tensor
