@@ -26,11 +26,11 @@ size_t op_matmul_work_size(const struct gb_weight *w, int n_tok);
 /* y[t][:] = rows ids[t] of the embedding table E [n_vocab][n_embd] as f32. */
 void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok);
 /* RMSNorm over rows of width n: y = x / sqrt(mean(x^2) + eps) * w. y may alias x. */
-void op_rmsnorm(float *y, const float *x, const float *w, float eps, int n_rows, int n);
+void op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, float eps, int n_rows, int n);
 /* y[i] = silu(g[i]) * u[i]. */
-void op_silu_mul(float *y, const float *g, const float *u, long n);
+void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, long n);
 /* y[i] += x[i]. */
-void op_add(float *y, const float *x, long n);
+void op_add(struct backend *be, float *y, const float *x, long n);
 
 /* Rotate (x[2i'], ...) halves, HF "rotate_half" layout: for each head of x
  * ([n_tok][n_heads][head_dim]), the first n_rot dims are split into halves

@@ -131,13 +131,13 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
         /* attention block */
-        op_rmsnorm(xn, x, w->attn_norm, c->norm_eps, n, D);          /* xn = norm(x) */
+        op_rmsnorm(be, xn, x, w->attn_norm, c->norm_eps, n, D);          /* xn = norm(x) */
         op_matmul(be, s->q, xn, &w->wq, w->bq, n);                    /* q = xn Wq^T */
         op_matmul(be, s->k, xn, &w->wk, w->bk, n);                    /* k = xn Wk^T */
         op_matmul(be, s->v, xn, &w->wv, w->bv, n);                    /* v = xn Wv^T */
         if (w->q_norm) {                                             /* Qwen3: per-head norms */
-            op_rmsnorm(s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
-            op_rmsnorm(s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
+            op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
+            op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
         }
         rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
         rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
@@ -152,22 +152,22 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
         };
         op_attention(be, &aa);                                       /* att = softmax(q k^T) v */
         op_matmul(be, xn, s->att, &w->wo, w->bo, n);                  /* xn = att Wo^T */
-        op_add(x, xn, (long)n * D);                                  /* x += attention */
+        op_add(be, x, xn, (long)n * D);                                  /* x += attention */
 
         /* feed-forward block (SwiGLU) */
-        op_rmsnorm(xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
+        op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
         op_matmul(be, s->gate, xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
         op_matmul(be, s->up, xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
-        op_silu_mul(s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
+        op_silu_mul(be, s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
         op_matmul(be, xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
-        op_add(x, xn, (long)n * D);                                  /* x += ffn */
+        op_add(be, x, xn, (long)n * D);                                  /* x += ffn */
     }
 
     s->n_past += n;
     if (!logits) return GERBIL_OK;
     const float *rows = all ? x : x + (size_t)(n - 1) * D;
     const int n_rows = all ? n : 1;
-    op_rmsnorm(xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
+    op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
     op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);             /* logits = xn E^T */
     return GERBIL_OK;
 }

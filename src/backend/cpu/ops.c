@@ -19,7 +19,8 @@ void op_matmul(struct backend *be, float *y, const float *x, const struct gb_wei
         matmul_w(be->tp, y, x, w, n_tok, be->work);
     }
     if (bias)
-        for (int t = 0; t < n_tok; t++) op_add(y + (size_t)t * n_out, bias, n_out);
+        for (int t = 0; t < n_tok; t++)
+            for (int i = 0; i < n_out; i++) y[(size_t)t * n_out + i] += bias[i];
 }
 
 size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) { return matmul_w_work_size(w, n_tok); }
@@ -31,24 +32,76 @@ void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const 
     }
 }
 
-void op_rmsnorm(float *y, const float *x, const float *w, float eps, int n_rows, int n) {
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
+/* Element-wise work split over the pool in contiguous ranges; small ranges (decode)
+ * run on the caller, where waking the workers would cost more than the work. Each
+ * element is computed by exactly one thread, so results do not depend on the count. */
+struct range_job {
+    void (*fn)(void *ctx, long lo, long hi);
+    void *ctx;
+    long n;
+};
+
+static void range_worker(void *p, int ith, int nth) {
+    const struct range_job *j = p;
+    long lo, hi;
+    tp_range(j->n, ith, nth, &lo, &hi);
+    if (lo < hi) j->fn(j->ctx, lo, hi);
+}
+
+static void parallel_range(struct backend *be, long n, long work_per_item, void (*fn)(void *, long, long), void *ctx) {
+    struct range_job j = {.fn = fn, .ctx = ctx, .n = n};
+    if (n * work_per_item < (1L << 15) || tp_n_threads(be->tp) == 1) fn(ctx, 0, n);
+    else tp_run(be->tp, range_worker, &j);
+}
+
+struct rms_args {
+    float *y;
+    const float *x, *w;
+    float eps;
+    int n;
+};
+
+static void rmsnorm_rows(void *p, long lo, long hi) {
+    const struct rms_args *a = p;
+    for (long r = lo; r < hi; r++) {
+        const float *xr = a->x + (size_t)r * a->n;
+        float *yr = a->y + (size_t)r * a->n;
         double ss = 0.0;
-        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        for (int i = 0; i < a->n; i++) ss += (double)xr[i] * xr[i];
         /* torch: x * rsqrt(mean(x^2) + eps) in f32, then * weight */
-        float inv = 1.0f / sqrtf((float)(ss / n) + eps);
-        for (int i = 0; i < n; i++) yr[i] = w[i] * (xr[i] * inv);
+        float inv = 1.0f / sqrtf((float)(ss / a->n) + a->eps);
+        for (int i = 0; i < a->n; i++) yr[i] = a->w[i] * (xr[i] * inv);
     }
 }
 
-void op_silu_mul(float *y, const float *g, const float *u, long n) {
-    for (long i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+void op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, float eps, int n_rows, int n) {
+    struct rms_args a = {.y = y, .x = x, .w = w, .eps = eps, .n = n};
+    parallel_range(be, n_rows, n, rmsnorm_rows, &a);
 }
 
-void op_add(float *y, const float *x, long n) {
-    for (long i = 0; i < n; i++) y[i] += x[i];
+struct ew_args {
+    float *y;
+    const float *a, *b;
+};
+
+static void silu_mul_range(void *p, long lo, long hi) {
+    const struct ew_args *e = p;
+    for (long i = lo; i < hi; i++) e->y[i] = e->a[i] / (1.0f + expf(-e->a[i])) * e->b[i];
+}
+
+void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, long n) {
+    struct ew_args e = {.y = y, .a = g, .b = u};
+    parallel_range(be, n, 8, silu_mul_range, &e);
+}
+
+static void add_range(void *p, long lo, long hi) {
+    const struct ew_args *e = p;
+    for (long i = lo; i < hi; i++) e->y[i] += e->a[i];
+}
+
+void op_add(struct backend *be, float *y, const float *x, long n) {
+    struct ew_args e = {.y = y, .a = x};
+    parallel_range(be, n, 1, add_range, &e);
 }
 
 /* cos and sin of pos * inv_freq[i] (the f32 product, as torch computes it), times scale. */
