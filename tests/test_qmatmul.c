@@ -4,7 +4,8 @@
  * reference quantizers, random x, awkward n_out and n_tok; outputs poisoned with NaN.
  * The fast kernels and the scalar ones (cpu_force_ref) must each be within the
  * format's error bound of the oracle, and pools of 1, 2 and 3 threads must agree bit
- * for bit.
+ * for bit. Where the CPU has AVX512-VNNI, the fast run uses those kernels and the AVX2
+ * ones (qmatmul_disable_vnni) must give the same bits.
  *
  * Error bounds, per output y = sum_i w_i x_i:
  *  - GGML types quantize x to 8 bits per block (32 elements, or 256 for the
@@ -21,6 +22,7 @@
 #include "test.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/qmatmul_vnni.h"
 #include "base/fp16.h"
 #include "base/threadpool.h"
 #include "tensor/quant.h"
@@ -60,6 +62,17 @@ static int run_check(const struct gb_weight *w, const float *x, int n_tok, const
         if (pools3 || p == 0) matmul_w(pools[p], y[p], x, w, n_tok, work);
     }
     if (!pools3) { memcpy(y[1], y[0], ny * sizeof(float)); memcpy(y[2], y[0], ny * sizeof(float)); }
+    if (!force && qmatmul_has_vnni()) {
+        /* y[0] came from the VNNI kernels (Q4_K, Q5_K, Q6_K, Q8_0): the AVX2 ones must
+         * give the same bits (same exact integer sums, same f32 operations) */
+        float *ya = poisoned(ny);
+        qmatmul_disable_vnni(1);
+        matmul_w(pools[0], ya, x, w, n_tok, work);
+        qmatmul_disable_vnni(0);
+        CHECKF(memcmp(ya, y[0], ny * sizeof(float)) == 0, "%s n_in %lld n_out %lld n_tok %d: VNNI and AVX2 differ",
+               what, (long long)w->n_in, (long long)w->n_out, n_tok);
+        free(ya);
+    }
     cpu_force_ref(0);
     double worst = 0.0;
     for (size_t i = 0; i < ny; i++) {
@@ -229,7 +242,8 @@ int main(void) {
         pools[p] = tp_create(p + 1);
         if (!pools[p]) { fprintf(stderr, "tp_create failed\n"); return 1; }
     }
-    printf("AVX2 kernels: %s\n", cpu_has_avx2() ? "yes" : "no");
+    printf("AVX2 kernels: %s, AVX512-VNNI kernels: %s\n", cpu_has_avx2() ? "yes" : "no",
+           qmatmul_has_vnni() ? "yes" : "no");
     static const enum gb_type types[] = {GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q4_1, GB_TYPE_Q5_0, GB_TYPE_Q5_1,
                                          GB_TYPE_Q2_K, GB_TYPE_Q3_K, GB_TYPE_Q4_K, GB_TYPE_Q5_K, GB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_ggml(types[i], &seed);

@@ -29,6 +29,7 @@
 #include "tensor/weight.h"
 
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
+#include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
 
 #include <math.h>
 #include <stdatomic.h>
@@ -365,6 +366,15 @@ static struct qkernel qkernel_of(enum gb_type t) {
     case GB_TYPE_Q5_K: k.fast = qdot_q5_K_avx2; break;
     case GB_TYPE_Q6_K: k.fast = qdot_q6_K_avx2; break;
     default: break;
+    }
+    if (qmatmul_has_vnni()) {
+        switch (t) {
+        case GB_TYPE_Q8_0: k.fast = qdot_q8_0_vnni; break;
+        case GB_TYPE_Q4_K: k.fast = qdot_q4_K_vnni; break;
+        case GB_TYPE_Q5_K: k.fast = qdot_q5_K_vnni; break;
+        case GB_TYPE_Q6_K: k.fast = qdot_q6_K_vnni; break;
+        default: break;
+        }
     }
 #endif
     return k;

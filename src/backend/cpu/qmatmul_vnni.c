@@ -1,0 +1,248 @@
+/* AVX512-VNNI kernels for quantized weights (256-bit vectors, AVX512VL): qmatmul_avx2.c's
+ * Q4_K, Q5_K, Q6_K and Q8_0 kernels with the integer multiply-adds fused.
+ *
+ *  - k-quants: vpmaddubsw (codes x int8 activations, pairs to int16, never saturating:
+ *    at most 2 * 63 * 127) stays, and vpmaddwd by the group scales + vpaddd become one
+ *    vpdpwssd. A fused vpdpbusd cannot take the per-16 scales (codes x scale do not
+ *    fit a byte), and multiplying its sums by the scales afterwards costs what it saves.
+ *  - Q8_0: vpmaddubsw + vpmaddwd by ones become one vpdpbusd (|w| <= 128 unsigned
+ *    x sign-moved x in [-127, 127]: vpmaddubsw never saturated, so the sums agree).
+ *
+ * Every integer sum is the AVX2 kernel's exactly, and all f32 arithmetic is the same
+ * operations in the same order, so results are bit-identical to qmatmul_avx2.c.
+ *
+ * Only this file is compiled for the VNNI target (function by function, via the
+ * pragma below); qmatmul.c calls it after qmatmul_has_vnni(). */
+#include "backend/cpu/qmatmul_vnni.h"
+
+#ifdef GERBIL_HAVE_X86
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/qmatmul_avx2.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+static _Atomic int vnni_off;
+
+int qmatmul_has_vnni(void) {
+    static int has = -1; /* racy first call: every thread computes the same value */
+    if (atomic_load_explicit(&vnni_off, memory_order_relaxed)) return 0;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && cpu_has_avx2();
+    }
+    return has;
+}
+
+void qmatmul_disable_vnni(int on) { atomic_store_explicit(&vnni_off, on ? 1 : 0, memory_order_relaxed); }
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512vnni,avx512vl")
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define UNROLL_T _Pragma("GCC unroll 4")
+
+enum { NT = 4 };
+
+static ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+#define TILED(k, max)                                                                       \
+    for (int u0 = 0; u0 < nt; u0 += max) {                                                  \
+        int t = nt - u0 < max ? nt - u0 : max;                                              \
+        const char *xu = (const char *)xq + (size_t)u0 * xs;                                \
+        float *yu = y + (size_t)u0 * ldy;                                                   \
+        switch (t) {                                                                        \
+        case 4: k(4); break;                                                                \
+        case 3: k(3); break;                                                                \
+        case 2: k(2); break;                                                                \
+        default: k(1); break;                                                               \
+        }                                                                                   \
+    }
+
+/* ---- Q4_K / Q5_K -------------------------------------------------------------------- */
+
+/* See qmatmul_avx2.c: scales and mins of a super-block, sub-block j in byte j. */
+static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&a2, s + 8, 4);
+    *sc = (uint64_t)(a0 & 0x3f3f3f3fu) | (uint64_t)((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
+    *mn = (uint64_t)(a1 & 0x3f3f3f3fu) | (uint64_t)(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
+}
+
+static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | k)));
+}
+
+static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int q5, const char *xq, size_t xs,
+                                    int T, float *y, size_t ldy) {
+    __m256 acc[NT];
+    UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *b = row + (size_t)i * bsz;
+        uint16_t dh, mh;
+        memcpy(&dh, b, 2);
+        memcpy(&mh, b + 2, 2);
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = q5 ? b + 4 + K_SCALE_SIZE : NULL;
+        const uint8_t *qs = b + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+        uint64_t sc, mn;
+        scales_k4(scales, &sc, &mn);
+        __m256i scv = _mm256_set1_epi64x((long long)sc);
+        __m256i sumi[NT], sumj[NT]; /* two chains of vpdpwssd (latency > vpaddd's) */
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = sumj[u] = _mm256_setzero_si256();
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+            }
+            __m256i s0 = bcast_byte16(scv, 2 * c), s1 = bcast_byte16(scv, 2 * c + 1);
+            UNROLL_T for (int u = 0; u < T; u++) {
+                const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * c + 32));
+                sumi[u] = _mm256_dpwssd_epi32(sumi[u], _mm256_maddubs_epi16(lo, x0), s0);
+                sumj[u] = _mm256_dpwssd_epi32(sumj[u], _mm256_maddubs_epi16(hi, x1), s1);
+            }
+        }
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = _mm256_add_epi32(sumi[u], sumj[u]);
+        float d = h2f(dh), dmin = h2f(mh);
+        __m128i m8 = _mm_cvtsi64_si128((long long)mn);
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+            __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), m16);
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(sumi[u]), acc[u]);
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * xb->d), _mm256_cvtepi32_ps(pm), acc[u]);
+        }
+    }
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+}
+
+void qdot_q4_K_vnni(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) qK45_tile(n / QK_K, row, sizeof(block_q4_K), 0, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+void qdot_q5_K_vnni(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) qK45_tile(n / QK_K, row, sizeof(block_q5_K), 1, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* ---- Q6_K --------------------------------------------------------------------------- */
+
+static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, size_t xs, int T, float *y,
+                                   size_t ldy) {
+    __m256 acc[NT];
+    UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    for (int i = 0; i < nb; i++) {
+        const block_q6_K *b = w + i;
+        __m256i sumi[NT], sumj[NT]; /* two chains of vpdpwssd: even and odd k */
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = sumj[u] = _mm256_setzero_si256();
+        __m256i sall = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->scales));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                int a = 8 * h + 2 * k;
+                __m256i sv = _mm256_srai_epi16(
+                    _mm256_shuffle_epi8(sall, _mm256_set_m128i(_mm_set1_epi8((char)(a + 1)), _mm_set1_epi8((char)a))), 8);
+                UNROLL_T for (int u = 0; u < T; u++) {
+                    const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
+                    if (k & 1) sumj[u] = _mm256_dpwssd_epi32(sumj[u], _mm256_maddubs_epi16(q[k], xv), sv);
+                    else sumi[u] = _mm256_dpwssd_epi32(sumi[u], _mm256_maddubs_epi16(q[k], xv), sv);
+                }
+            }
+        }
+        UNROLL_T for (int u = 0; u < T; u++) sumi[u] = _mm256_add_epi32(sumi[u], sumj[u]);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        float d = h2f(b->d);
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const block_q8_K *xb = (const block_q8_K *)(xq + (size_t)u * xs) + i;
+            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            __m256i s = _mm256_sub_epi32(sumi[u], _mm256_slli_epi32(corr, 5));
+            acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(s), acc[u]);
+        }
+    }
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(acc[u]);
+}
+
+void qdot_q6_K_vnni(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) q6K_tile(n / QK_K, row, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+/* ---- Q8_0 / Q4_0 against struct qx8 --------------------------------------------------- */
+
+static ALWAYS_INLINE void q8_0_tile(int nb, const block_q8_0 *w, const char *xq, size_t xs, int T, float *y,
+                                    size_t ldy) {
+    __m256 acc[2][NT];
+    UNROLL_T for (int u = 0; u < T; u++) acc[0][u] = acc[1][u] = _mm256_setzero_ps();
+    const __m256i zero = _mm256_setzero_si256();
+    for (int i = 0; i < nb; i++) {
+        __m256i wv = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        __m256i aw = _mm256_sign_epi8(wv, wv);
+        float d = h2f(w[i].d);
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
+            __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wv);
+            __m256i p = _mm256_dpbusd_epi32(zero, aw, sx);
+            acc[i & 1][u] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[i & 1][u]);
+        }
+    }
+    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = hsum8(_mm256_add_ps(acc[0][u], acc[1][u]));
+}
+
+void qdot_q8_0_vnni(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy) {
+#define K(t) q8_0_tile(n / 32, row, xu, xs, t, yu, ldy)
+    TILED(K, NT)
+#undef K
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#else /* !GERBIL_HAVE_X86 */
+
+int qmatmul_has_vnni(void) { return 0; }
+void qmatmul_disable_vnni(int on) { (void)on; }
+
+#endif
