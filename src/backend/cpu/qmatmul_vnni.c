@@ -29,13 +29,15 @@
 static _Atomic int vnni_off;
 
 int qmatmul_has_vnni(void) {
-    static int has = -1; /* racy first call: every thread computes the same value */
+    static _Atomic int has = -1; /* first calls may race: all compute the same value */
     if (atomic_load_explicit(&vnni_off, memory_order_relaxed)) return 0;
-    if (has < 0) {
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) {
         __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") && cpu_has_avx2();
+        h = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+        atomic_store_explicit(&has, h, memory_order_relaxed);
     }
-    return has;
+    return h && cpu_has_avx2(); /* not cached: 0 while cpu_force_ref */
 }
 
 void qmatmul_disable_vnni(int on) { atomic_store_explicit(&vnni_off, on ? 1 : 0, memory_order_relaxed); }
