@@ -13,8 +13,8 @@
  * Measured (Zen 5, 1 thread, 3072 x 1024, bench_qmatmul): decode ~21 GB/s for Q4_K,
  * Q6_K and Q8_0, ~25 for MLX 8-bit, ~12 for MLX 4-bit, the same from L3 as from
  * DRAM: bound by instruction throughput (about 0.8 instructions per Q4_K byte), not
- * by memory. AVX-VNNI's vpdpbusd (one instruction for vpmaddubsw + vpmaddwd + add)
- * is the next step there. */
+ * by memory. Where the CPU has AVX512-VNNI, qmatmul_vnni.c replaces these kernels for
+ * Q4_K, Q5_K, Q6_K and Q8_0 (vpdpwssd / vpdpbusd; prefill +25% for the k-quants). */
 #include "backend/cpu/qmatmul_avx2.h"
 #include "tensor/quant.h"
 
