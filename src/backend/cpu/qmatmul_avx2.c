@@ -16,59 +16,10 @@
  * by memory. Where the CPU has AVX512-VNNI, qmatmul_vnni.c replaces these kernels for
  * Q4_K, Q5_K, Q6_K and Q8_0 (vpdpwssd / vpdpbusd; prefill +25% for the k-quants). */
 #include "backend/cpu/qmatmul_avx2.h"
+#include "backend/cpu/qmatmul_simd.h"
 #include "tensor/quant.h"
 
-#include <immintrin.h>
-#include <string.h>
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-/* Per-token loops run fully unrolled, so per-token accumulators stay in registers. */
-#define UNROLL_T _Pragma("GCC unroll 4")
-
-enum { NT = 4, NT_MLX = 3 };
-
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* Tile over nt tokens in pieces of at most `max`, each piece one instance of k. */
-#define TILED(k, max)                                                                       \
-    for (int u0 = 0; u0 < nt; u0 += max) {                                                  \
-        int t = nt - u0 < max ? nt - u0 : max;                                              \
-        const char *xu = (const char *)xq + (size_t)u0 * xs;                                \
-        float *yu = y + (size_t)u0 * ldy;                                                   \
-        switch (t) {                                                                        \
-        case 4: k(4); break;                                                                \
-        case 3: k(3); break;                                                                \
-        case 2: k(2); break;                                                                \
-        default: k(1); break;                                                               \
-        }                                                                                   \
-    }
-
-/* ---- Q4_K ------------------------------------------------------------------------- */
-
-/* The 8 6-bit scales and 8 6-bit mins of a Q4_K/Q5_K super-block, one byte each, as
- * two u64 (sub-block j in byte j). Bytes 0..3 hold scales 0..3 (low 6 bits) and the
- * top 2 bits of scales 4..7; bytes 4..7 the same for the mins; bytes 8..11 the low
- * 4 bits of scales 4..7 (low nibbles) and mins 4..7 (high nibbles). */
-static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t a0, a1, a2;
-    memcpy(&a0, s, 4);
-    memcpy(&a1, s + 4, 4);
-    memcpy(&a2, s + 8, 4);
-    *sc = (uint64_t)(a0 & 0x3f3f3f3fu) | (uint64_t)((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
-    *mn = (uint64_t)(a1 & 0x3f3f3f3fu) | (uint64_t)(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
-}
-
-/* byte k of every 8 bytes (k < 8) as 16 int16 lanes: pshufb control (k, zero) */
-static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
-    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | k)));
-}
+enum { NT_MLX = 3 };
 
 /* T tokens; Q5_K when qh5 (adds bit 2c / 2c + 1 of qh as the fifth bit). */
 static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int q5, const char *xq, size_t xs,

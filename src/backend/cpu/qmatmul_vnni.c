@@ -49,48 +49,9 @@ void qmatmul_disable_vnni(int on) { atomic_store_explicit(&vnni_off, on ? 1 : 0,
 #pragma GCC target("avx2,fma,f16c,avx512vnni,avx512vl")
 #endif
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-#define UNROLL_T _Pragma("GCC unroll 4")
+#include "backend/cpu/qmatmul_simd.h"
 
-enum { NT = 4 };
-
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-#define TILED(k, max)                                                                       \
-    for (int u0 = 0; u0 < nt; u0 += max) {                                                  \
-        int t = nt - u0 < max ? nt - u0 : max;                                              \
-        const char *xu = (const char *)xq + (size_t)u0 * xs;                                \
-        float *yu = y + (size_t)u0 * ldy;                                                   \
-        switch (t) {                                                                        \
-        case 4: k(4); break;                                                                \
-        case 3: k(3); break;                                                                \
-        case 2: k(2); break;                                                                \
-        default: k(1); break;                                                               \
-        }                                                                                   \
-    }
-
-/* ---- Q4_K / Q5_K -------------------------------------------------------------------- */
-
-/* See qmatmul_avx2.c: scales and mins of a super-block, sub-block j in byte j. */
-static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t a0, a1, a2;
-    memcpy(&a0, s, 4);
-    memcpy(&a1, s + 4, 4);
-    memcpy(&a2, s + 8, 4);
-    *sc = (uint64_t)(a0 & 0x3f3f3f3fu) | (uint64_t)((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
-    *mn = (uint64_t)(a1 & 0x3f3f3f3fu) | (uint64_t)(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
-}
-
-static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
-    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | k)));
-}
+/* ---- Q4_K / Q5_K: scales_k4 and bcast_byte16 are shared with qmatmul_avx2.c ---- */
 
 static ALWAYS_INLINE void qK45_tile(int nb, const uint8_t *row, size_t bsz, int q5, const char *xq, size_t xs,
                                     int T, float *y, size_t ldy) {
