@@ -640,22 +640,12 @@ static gerbil_status load(struct gerbil_tokenizer *t, const char *path) {
     return st;
 }
 
+/* load() of tokenizer.c's constructor for GGUF files: the path is kept for messages. */
+static gerbil_status load_gguf(struct gerbil_tokenizer *t, const char *path) {
+    if (!(t->path = strdup(path))) return GERBIL_ERR_NOMEM;
+    return load(t, path);
+}
+
 gerbil_status gerbil_tokenizer_load_gguf(const char *path, gerbil_tokenizer_t *out) {
-    if (!out) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_tokenizer_load_gguf: out is NULL");
-    *out = NULL;
-    if (!path) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_tokenizer_load_gguf: path is NULL");
-    struct gerbil_tokenizer *t = calloc(1, sizeof *t);
-    if (!t || !(t->path = strdup(path))) {
-        free(t);
-        return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", path);
-    }
-    t->bos = t->eos = -1;
-    gerbil_status st = load(t, path);
-    if (st != GERBIL_OK) {
-        if (st == GERBIL_ERR_NOMEM) err_set(st, "%s: out of memory while loading the tokenizer", path);
-        gerbil_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return GERBIL_OK;
+    return tk_tokenizer_new(path, "gerbil_tokenizer_load_gguf", load_gguf, out);
 }

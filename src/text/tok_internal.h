@@ -329,6 +329,13 @@ struct gerbil_tokenizer {
     int n_tpl;
 };
 
+/* Allocate a tokenizer, run load_fn(t, path) on it, and free it again on failure;
+ * fn names the public entry point in argument errors. Shared by tokenizer.json and
+ * GGUF loading. */
+gerbil_status tk_tokenizer_new(const char *path, const char *fn,
+                               gerbil_status (*load_fn)(struct gerbil_tokenizer *, const char *),
+                               gerbil_tokenizer_t *out);
+
 /* tokenizer.json fast reader: vocab and merges go to rv, every other value is parsed
  * by cJSON into *root (model keys other than vocab/merges under root.model). */
 gerbil_status tk_json_read(const char *buf, size_t len, const char *path, cJSON **root, tk_rawvocab *rv);

@@ -263,14 +263,16 @@ void gerbil_tokenizer_free(gerbil_tokenizer_t t) {
     free(t);
 }
 
-gerbil_status gerbil_tokenizer_load(const char *path, gerbil_tokenizer_t *out) {
-    if (!out) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_tokenizer_load: out is NULL");
+gerbil_status tk_tokenizer_new(const char *path, const char *fn,
+                               gerbil_status (*load_fn)(struct gerbil_tokenizer *, const char *),
+                               gerbil_tokenizer_t *out) {
+    if (!out) return err_set(GERBIL_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
-    if (!path) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_tokenizer_load: path is NULL");
+    if (!path) return err_set(GERBIL_ERR_INVALID_ARG, "%s: path is NULL", fn);
     struct gerbil_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", path);
     t->bos = t->eos = -1;
-    gerbil_status st = load(t, path);
+    gerbil_status st = load_fn(t, path);
     if (st != GERBIL_OK) {
         if (st == GERBIL_ERR_NOMEM) err_set(st, "%s: out of memory while loading the tokenizer", path);
         gerbil_tokenizer_free(t);
@@ -278,6 +280,10 @@ gerbil_status gerbil_tokenizer_load(const char *path, gerbil_tokenizer_t *out) {
     }
     *out = t;
     return GERBIL_OK;
+}
+
+gerbil_status gerbil_tokenizer_load(const char *path, gerbil_tokenizer_t *out) {
+    return tk_tokenizer_new(path, "gerbil_tokenizer_load", load, out);
 }
 
 int gerbil_tokenizer_n_vocab(gerbil_tokenizer_t t) { return t ? t->n_vocab : 0; }
