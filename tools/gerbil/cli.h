@@ -26,6 +26,10 @@ int cli_parse_int(const char *flag, const char *s, long lo, long hi, int *out);
 int cli_parse_float(const char *flag, const char *s, float *out);
 /* "1,17,300" -> malloc'd ids. Returns 0 on success. */
 int cli_parse_ids(const char *s, int32_t **ids, int *n);
+/* All of f (or of the file at path) until EOF, NUL-terminated (the text may hold
+ * NULs: *len counts them; len may be NULL). NULL on a read error or out of memory. */
+char *cli_read_all(FILE *f, size_t *len);
+char *cli_read_file(const char *path, size_t *len);
 /* Value of an option that takes one; prints an error when missing. */
 const char *cli_value(int argc, char **argv, int *i);
 

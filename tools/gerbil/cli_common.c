@@ -13,6 +13,37 @@ int cli_fail(const char *what, gerbil_status st) {
     return 1;
 }
 
+char *cli_read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (cap - n < 2) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) break;
+            buf = b;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        if (!r) {
+            if (ferror(f)) break;
+            buf[n] = 0;
+            if (len) *len = n;
+            return buf;
+        }
+        n += r;
+    }
+    free(buf);
+    return NULL;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = cli_read_all(f, len);
+    fclose(f);
+    return text;
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "gerbil: option %s needs a value\n", argv[*i]);

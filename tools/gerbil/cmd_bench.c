@@ -2,11 +2,11 @@
  * way llama-bench does: pp = one batch of P tokens from an empty context; tg = N
  * single-token steps from an empty context; mean and standard deviation over reps. */
 #include "cli.h"
+#include "base/timer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void help(FILE *f) {
     fprintf(f, "usage: gerbil bench --model DIR [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
@@ -17,12 +17,6 @@ static void help(FILE *f) {
                "  -r, --repetitions R  repetitions (default 3)\n"
                "      --json           one JSON object with prompt_tokens_per_s and gen_tokens_per_s\n");
     cli_print_model_opts_help(f);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
@@ -74,15 +68,15 @@ int cmd_bench(int argc, char **argv) {
     for (int r = -1; r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
         if (n_prompt > 0) {
             gerbil_session_reset(s);
-            double t0 = now_s();
+            double t0 = time_now_s();
             st = gerbil_session_eval(s, ids, n_prompt, logits, 0);
-            if (r >= 0) pp[r] = n_prompt / (now_s() - t0);
+            if (r >= 0) pp[r] = n_prompt / (time_now_s() - t0);
         }
         if (n_gen > 0 && st == GERBIL_OK) {
             gerbil_session_reset(s);
-            double t0 = now_s();
+            double t0 = time_now_s();
             for (int i = 0; i < n_gen && st == GERBIL_OK; i++) st = gerbil_session_eval(s, &ids[i], 1, logits, 0);
-            if (r >= 0) tg[r] = n_gen / (now_s() - t0);
+            if (r >= 0) tg[r] = n_gen / (time_now_s() - t0);
         }
     }
     int rc = 0;

@@ -28,21 +28,6 @@ static void help(FILE *f) {
     cli_print_model_opts_help(f);
 }
 
-static char *read_stdin(void) {
-    size_t cap = 4096, n = 0;
-    char *p = malloc(cap);
-    while (p) {
-        n += fread(p + n, 1, cap - n - 1, stdin);
-        if (feof(stdin) || ferror(stdin)) break;
-        char *q = realloc(p, cap * 2);
-        if (!q) { free(p); return NULL; }
-        p = q;
-        cap *= 2;
-    }
-    if (p) p[n] = 0;
-    return p;
-}
-
 static void print_json(const struct textgen *tg, const int32_t *prompt, int n_prompt, const struct textgen_out *o) {
     const gerbil_generate_result *r = &o->res;
     double pp = r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0;
@@ -111,7 +96,7 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         if (!strcmp(text, "-")) {
-            if (!(text = stdin_text = read_stdin())) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            if (!(text = stdin_text = cli_read_all(stdin, NULL))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
         }
         if (tg.tmpl && !raw) {
             if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;

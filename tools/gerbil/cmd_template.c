@@ -23,29 +23,10 @@ static void help(FILE *f) {
                "                               or date_string='\"26 Jul 2024\"' (repeatable)\n");
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
-    while (p) {
-        size_t k = fread(p + n, 1, cap - n - 1, f);
-        n += k;
-        if (n < cap - 1) break;
-        char *np = realloc(p, cap * 2);
-        if (!np) { free(p); p = NULL; break; }
-        p = np;
-        cap *= 2;
-    }
-    fclose(f);
-    if (p) { p[n] = 0; if (len) *len = n; }
-    return p;
-}
-
 /* Read a JSON file, check it parses (and is an array when want_array), return its text. */
 static char *json_file(const char *what, const char *path, int want_array) {
     size_t n;
-    char *text = slurp(path, &n);
+    char *text = cli_read_file(path, &n);
     if (!text) { fprintf(stderr, "gerbil template: cannot read %s file %s\n", what, path); return NULL; }
     cJSON *doc;
     gerbil_status st = json_parse(text, n, path, &doc);

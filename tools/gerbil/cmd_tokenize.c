@@ -23,31 +23,6 @@ static void help(FILE *f) {
                "      --skip-special   with --decode: leave special tokens out\n");
 }
 
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                return NULL;
-            }
-            buf = b;
-        }
-        size_t r = fread(buf + n, 1, cap - n, stdin);
-        if (!r) break;
-        n += r;
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *decode = NULL;
     int special = 0, skip_special = 0, have_text = 0;
@@ -131,7 +106,7 @@ int cmd_tokenize(int argc, char **argv) {
         size_t len = 0;
         char *buf = NULL;
         if (!strcmp(text, "-")) {
-            if (!(buf = read_stdin(&len))) {
+            if (!(buf = cli_read_all(stdin, &len))) {
                 fprintf(stderr, "gerbil tokenize: cannot read standard input\n");
                 rc = 1;
             }
