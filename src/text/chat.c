@@ -3,6 +3,7 @@
 #include "base/status.h"
 #include "gerbil.h"
 #include "io/json.h"
+#include "io/mmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,24 +18,17 @@ struct gerbil_chat_template {
     char *special[N_SPECIAL]; /* NULL when the config has none (the template sees undefined) */
 };
 
+/* A whole text file through the project's file mapping (messages name the path). */
 static gerbil_status slurp(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(GERBIL_ERR_IO, "%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
-    while (p) {
-        n += fread(p + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *np = realloc(p, cap * 2);
-        if (!np) { free(p); p = NULL; break; }
-        p = np;
-        cap *= 2;
+    struct mapped_file mf;
+    GB_TRY(mapped_file_open(path, &mf));
+    char *p = malloc(mf.size + 1);
+    if (p) {
+        if (mf.size) memcpy(p, mf.data, mf.size);
+        p[mf.size] = 0;
     }
-    int err = ferror(f);
-    fclose(f);
+    mapped_file_close(&mf);
     if (!p) return err_set(GERBIL_ERR_NOMEM, "%s: out of memory", path);
-    if (err) { free(p); return err_set(GERBIL_ERR_IO, "%s: read error", path); }
-    p[n] = 0;
     *out = p;
     return GERBIL_OK;
 }
