@@ -87,7 +87,8 @@ int cmd_run(int argc, char **argv) {
     struct textgen_out out = {0};
     if (ids_arg && cli_parse_ids(ids_arg, &prompt, &n_prompt)) return 2;
     if (cli_open(&o, &tg.model, &tg.session)) { free(prompt); return 1; }
-    if (textgen_load_text(&tg, o.model)) goto done;
+    /* --ids prints ids: the tokenizer is only needed for a text prompt or --json's "text" */
+    if ((text || json) && textgen_load_text(&tg, o.model)) goto done;
     if (text) {
         if (!tg.tok) {
             fprintf(stderr, "gerbil run: %s has no tokenizer (%s), so text prompts cannot be encoded; "
