@@ -73,11 +73,18 @@ gerbil_status gerbil_model_describe(gerbil_model_t model, char *buf, size_t cap)
 gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
                                  gerbil_session_t *out);
 void gerbil_session_free(gerbil_session_t s);
-/* Forget all tokens (position back to 0). */
+/* Forget all tokens (position back to 0, recurrent state zeroed). */
 void gerbil_session_reset(gerbil_session_t s);
 /* Keep only the first n tokens (n <= n_past), e.g. the prefix a new chat turn shares
- * with the conversation so far. */
+ * with the conversation so far. Models with recurrent layers (Qwen3.5's Gated
+ * DeltaNet) cannot rewind their state token by token: the session keeps a checkpoint
+ * of the state taken at the end of each multi-token eval (a prompt) and goes back to
+ * it when it lies at or before n, else to the start. Read gerbil_session_n_past
+ * afterwards to know where the session stands. */
 void gerbil_session_truncate(gerbil_session_t s, int n);
+/* Make dst hold what src holds (KV rows, recurrent state and its checkpoint): a fork
+ * of a sequence, e.g. a shared prompt. Same model and kv type; dst needs room. */
+gerbil_status gerbil_session_copy(gerbil_session_t dst, gerbil_session_t src);
 int gerbil_session_n_past(gerbil_session_t s);
 int gerbil_session_n_ctx(gerbil_session_t s);
 

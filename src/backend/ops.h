@@ -65,4 +65,44 @@ void op_attention(struct backend *be, const struct attn_args *a);
 /* Store rows [n_tok][width] of f32 into the cache at row pos0 (f16 or f32). */
 void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width);
 
+/* ---- recurrent layers (src/backend/cpu/recurrent.c) ---- */
+
+/* y[i] = x[i] * sigmoid(g[i]) (y may alias x). */
+void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n);
+/* Causal depthwise conv1d over time, then SiLU when silu is set. x, y: [n_tok][C]
+ * (y must not alias x); w: [C][K]; state: [K-1][C], the inputs of the K-1 steps
+ * before x (oldest first, zeros at the start of a sequence), replaced by the last
+ * K-1 inputs. y[t][c] = act(sum_j w[c][j] * in[t + j][c]) over in = state ++ x. */
+void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
+                      int n_tok, int C, int K, int silu);
+/* x[t][h][:] = x[t][h][:] / sqrt(sum(x^2) + eps) * scale for n_heads heads of width d
+ * at offset 0 of rows of stride `stride` floats (in place). */
+void op_l2norm_heads(struct backend *be, float *x, int n_tok, int n_heads, int d, int stride, float eps,
+                     float scale);
+/* Gated RMSNorm over rows of width n: y = x / sqrt(mean(x^2) + eps) * w * silu(z). */
+void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float *z, const float *w, float eps,
+                      int n_rows, int n);
+
+/* The gated delta rule (Gated DeltaNet). Per value head h (its query/key head is
+ * h / (nv / nk)) with state S [dk][dv] and, for each token t in order,
+ *   S = exp(g[t][h]) * S;  S += k (beta[t][h] * (v - S^T k))^T;  out = S^T q
+ * q, k: rows of stride qk_stride ([nk][dk] at offsets q_off, k_off; q already
+ * l2-normalised and scaled by dk^-1/2, k l2-normalised); v: stride v_stride at
+ * v_off, [nv][dv]; g, beta: [n_tok][nv]; out: [n_tok][nv][dv]; state: [nv][dk][dv],
+ * updated. chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
+ * which computes the same values in another order (prefill); else token by token. */
+enum { DELTA_CHUNK = 64 };
+struct delta_args {
+    const float *x;            /* the conv output holding q, k, v */
+    int qk_stride, v_stride, q_off, k_off, v_off;
+    const float *g, *beta;
+    float *out;
+    float *state;
+    int n_tok, nk, nv, dk, dv;
+    int chunked;
+    float *scratch;            /* delta_scratch_floats(dk, dv) per thread */
+};
+size_t delta_scratch_floats(int dk, int dv);
+void op_delta_rule(struct backend *be, const struct delta_args *a);
+
 #endif

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Architectures by Hugging Face class and model_type; the first row of an architecture
+ * names it. */
 static const struct {
     const char *hf_class;
     const char *model_type;
@@ -18,11 +20,15 @@ static const struct {
     {"MistralForCausalLM", "mistral", ARCH_MISTRAL},
     {"Qwen2ForCausalLM", "qwen2", ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
+    {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN35},
+    {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN35},
 };
-_Static_assert(sizeof arch_table / sizeof arch_table[0] == ARCH_COUNT, "one row per architecture");
+enum { N_ARCH_ROWS = sizeof arch_table / sizeof arch_table[0] };
 
 const char *model_arch_name(enum model_arch a) {
-    return (unsigned)a < ARCH_COUNT ? arch_table[a].hf_class : "?";
+    for (int i = 0; i < N_ARCH_ROWS; i++)
+        if (arch_table[i].arch == a) return arch_table[i].hf_class;
+    return "?";
 }
 
 static int file_exists(const char *path) {
@@ -79,7 +85,7 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     if (rp) r->theta = json_get_num(rp, "rope_theta", r->theta);
     if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: rope_theta must be > 1", path);
 
-    double prf = json_get_num(root, "partial_rotary_factor", 1.0);
+    double prf = json_get_num(root, "partial_rotary_factor", cfg->arch == ARCH_QWEN35 ? 0.25 : 1.0);
     if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
     r->n_dims = (int)(cfg->head_dim * prf);
     if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
@@ -128,12 +134,14 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     return GERBIL_OK;
 }
 
-/* Which layers use the sliding window. transformers 5 writes "layer_types"; older
- * Qwen2/Qwen3 configs say use_sliding_window + max_window_layers; Mistral applies
- * sliding_window to every layer. */
-static gerbil_status read_sliding(const cJSON *root, const char *path, struct model_config *cfg) {
+/* What each layer is: full, sliding-window or linear attention. transformers 5 writes
+ * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
+ * Mistral applies sliding_window to every layer; Qwen3.5 configs without layer_types
+ * put a full-attention layer every full_attention_interval layers. */
+static gerbil_status read_layer_types(const cJSON *root, const char *path, struct model_config *cfg) {
     cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
-    if (!cfg->layer_sliding) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_sliding || !cfg->layer_kind) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     int window = (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) ? (int)sw->valuedouble : 0;
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
@@ -146,10 +154,16 @@ static gerbil_status read_sliding(const cJSON *root, const char *path, struct mo
         cJSON_ArrayForEach(e, lt) {
             const char *s = cJSON_IsString(e) ? e->valuestring : "";
             if (strcmp(s, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
+            else if (strcmp(s, "linear_attention") == 0 && cfg->arch == ARCH_QWEN35) cfg->layer_kind[i] = LAYER_DELTANET;
             else if (strcmp(s, "full_attention") != 0)
-                return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported", path, i, s);
+                return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported for %s", path,
+                               i, s, model_arch_name(cfg->arch));
             i++;
         }
+    } else if (cfg->arch == ARCH_QWEN35) {
+        int every = (int)json_get_int(root, "full_attention_interval", 4);
+        if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
+        for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % every ? LAYER_DELTANET : LAYER_ATTENTION;
     } else if (window > 0) {
         int use = 1, first = 0;
         if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
@@ -168,8 +182,24 @@ static gerbil_status read_sliding(const cJSON *root, const char *path, struct mo
     return GERBIL_OK;
 }
 
+/* Gated DeltaNet sizes (Qwen3.5). */
+static gerbil_status read_deltanet(const cJSON *root, const char *path, struct model_config *cfg) {
+    struct deltanet_config *d = &cfg->dn;
+    GB_TRY(get_pos_int(root, "linear_num_key_heads", 16, path, &d->n_k_heads));
+    GB_TRY(get_pos_int(root, "linear_num_value_heads", 32, path, &d->n_v_heads));
+    GB_TRY(get_pos_int(root, "linear_key_head_dim", 128, path, &d->k_dim));
+    GB_TRY(get_pos_int(root, "linear_value_head_dim", 128, path, &d->v_dim));
+    GB_TRY(get_pos_int(root, "linear_conv_kernel_dim", 4, path, &d->conv_kernel));
+    if (d->n_v_heads % d->n_k_heads)
+        return err_set(GERBIL_ERR_FORMAT, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
+                       path, d->n_v_heads, d->n_k_heads);
+    if (d->k_dim > 4096 || d->v_dim > 4096 || d->conv_kernel > 64 || d->n_v_heads > 4096)
+        return err_set(GERBIL_ERR_FORMAT, "%s: linear attention sizes are absurd", path);
+    return GERBIL_OK;
+}
+
 int model_arch_from_name(const char *hf_class, const char *model_type, enum model_arch *out) {
-    for (int i = 0; i < ARCH_COUNT; i++) {
+    for (int i = 0; i < N_ARCH_ROWS; i++) {
         if ((hf_class && strcmp(hf_class, arch_table[i].hf_class) == 0) ||
             (!hf_class && model_type && strcmp(model_type, arch_table[i].model_type) == 0)) {
             *out = arch_table[i].arch;
@@ -244,9 +274,14 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     if (model_arch_from_name(cls, mtype, &cfg->arch) != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED,
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
-                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", model_arch_name(cfg->arch));
+    /* Multimodal checkpoints keep the language model's hyperparameters in text_config;
+     * the top level still holds quantization and, often, tie_word_embeddings. */
+    const cJSON *top = root, *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (tc && cJSON_IsObject(tc)) root = tc;
 
     GB_TRY(get_pos_int(root, "vocab_size", 0, path, &cfg->n_vocab));
     GB_TRY(get_pos_int(root, "hidden_size", 0, path, &cfg->n_embd));
@@ -271,7 +306,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
 
-    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", 0);
+    cfg->tie_embeddings = json_get_bool(json_has(top, "tie_word_embeddings") ? top : root, "tie_word_embeddings", 0);
     int attention_bias = json_get_bool(root, "attention_bias", 0);
     switch (cfg->arch) {
     case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;
@@ -284,18 +319,26 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
         cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
         cfg->qk_norm = 1;
         break;
+    case ARCH_QWEN35:
+        cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
+        cfg->qk_norm = cfg->norm_zero_centred = cfg->attn_out_gate = 1;
+        GB_TRY(read_deltanet(root, path, cfg));
+        break;
     default: break;
     }
 
     const char *dt = json_get_str(root, "torch_dtype", NULL);
-    if (!dt) dt = json_get_str(root, "dtype", "");
+    if (!dt) dt = json_get_str(root, "dtype", NULL);
+    if (!dt) dt = json_get_str(top, "torch_dtype", NULL);
+    if (!dt) dt = json_get_str(top, "dtype", "");
     snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt);
 
-    read_bos(root, cfg);
-    read_eos(root, cfg);
+    read_bos(top, cfg);
+    read_eos(top, cfg);
+    if (root != top) { read_bos(root, cfg); read_eos(root, cfg); }
     GB_TRY(read_rope(root, path, cfg));
-    GB_TRY(read_sliding(root, path, cfg));
-    GB_TRY(read_mlx_quant(root, path, cfg));
+    GB_TRY(read_layer_types(root, path, cfg));
+    GB_TRY(read_mlx_quant(top, path, cfg));
     return GERBIL_OK;
 }
 
@@ -325,7 +368,9 @@ gerbil_status model_config_load(const char *dir, struct model_config *cfg) {
 
 void model_config_free(struct model_config *cfg) {
     free(cfg->layer_sliding);
+    free(cfg->layer_kind);
     cfg->layer_sliding = NULL;
+    cfg->layer_kind = NULL;
     for (int i = 0; i < cfg->mlx.n_over; i++) free(cfg->mlx.over[i].module);
     free(cfg->mlx.over);
     memset(&cfg->mlx, 0, sizeof cfg->mlx);

@@ -11,6 +11,8 @@ enum model_arch {
     ARCH_MISTRAL,   /* MistralForCausalLM */
     ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v bias */
     ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head q/k RMSNorm */
+    ARCH_QWEN35,    /* Qwen3_5ForCausalLM / the text of Qwen3_5ForConditionalGeneration:
+                       Gated DeltaNet layers + gated full attention */
     ARCH_COUNT,
 };
 
@@ -32,6 +34,19 @@ struct rope_config {
 };
 
 enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
+
+/* What mixes tokens in a layer. */
+enum layer_kind {
+    LAYER_ATTENTION = 0,   /* softmax attention over the KV cache */
+    LAYER_DELTANET,        /* Gated DeltaNet (linear attention with a recurrent state) */
+};
+
+/* Gated DeltaNet hyperparameters (Qwen3.5 / Qwen3-Next "linear_*"). */
+struct deltanet_config {
+    int n_k_heads, n_v_heads;  /* linear_num_key_heads, linear_num_value_heads */
+    int k_dim, v_dim;          /* linear_key_head_dim, linear_value_head_dim */
+    int conv_kernel;           /* linear_conv_kernel_dim */
+};
 
 /* MLX affine quantization declared in config.json ("quantization" or
  * "quantization_config"): defaults plus per-module overrides keyed by the module
@@ -67,6 +82,10 @@ struct model_config {
     int qk_norm;               /* Qwen3 */
     int sliding_window;        /* 0: none */
     uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
+    uint8_t *layer_kind;       /* [n_layer]: enum layer_kind */
+    struct deltanet_config dn; /* when any layer is LAYER_DELTANET */
+    int norm_zero_centred;     /* RMSNorm weights stored as w - 1: the norm multiplies by (1 + w) */
+    int attn_out_gate;         /* q_proj also yields a per-head gate: out *= sigmoid(gate) (Qwen3.5) */
     struct rope_config rope;
     char dtype[16];            /* torch_dtype / dtype as declared */
     struct mlx_quant mlx;

@@ -123,7 +123,8 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     }
 
     cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
-    if (!cfg->layer_sliding) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_sliding || !cfg->layer_kind) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     GB_TRY(arch_u32_x(f, arch, "attention.sliding_window", 0, OPTIONAL_ZERO_OK, path, &v));
     if (v) {
         cfg->sliding_window = (int)v;

@@ -12,30 +12,24 @@
 
 /* ---- binding ---- */
 
-struct binder {
-    struct gerbil_model *m;
-    float *f32_next;   /* bump pointer into m->f32_store */
-    size_t f32_left;
-};
-
 /* A matrix in whatever format the source stores it. */
-static gerbil_status get_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols,
-                                struct gb_weight *out) {
+gerbil_status bind_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols, struct gb_weight *out) {
     GB_TRY(wsrc_matrix(&b->m->src, name, rows, cols, out));
     b->m->weight_bytes += weight_nbytes(out);
     b->m->n_params += rows * cols;
     return GERBIL_OK;
 }
 
-/* A vector (norm weight, bias) converted to f32 once at load. */
-static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, const float **out) {
+/* A vector (norm weight, bias, conv kernel) converted to f32 once at load. */
+gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float add, const float **out) {
     const struct gb_tensor *t = wsrc_find(&b->m->src, name);
     char fname[256];
     if (!t)
         return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", wsrc_file_name(&b->m->src, name, fname, sizeof fname));
     name = t->name;
-    if (t->n_dims != 1 || t->ne[0] != n)
-        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld]", name, (long long)n);
+    if (tensor_nelements(t) != n)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected %lld elements (shape [%lld]), found %lld", name,
+                       (long long)n, (long long)n, (long long)tensor_nelements(t));
     if (!type_traits(t->type)->is_float)
         return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s is not a float type (F32, F16, BF16)",
                        name, type_name(t->type));
@@ -44,6 +38,8 @@ static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, c
                        type_traits(t->type)->type_size);
     GB_ASSERT((size_t)n <= b->f32_left);
     type_to_f32(t->type, t->data, b->f32_next, n);
+    if (add != 0.0f)
+        for (int64_t i = 0; i < n; i++) b->f32_next[i] += add;
     *out = b->f32_next;
     b->f32_next += n;
     b->f32_left -= (size_t)n;
@@ -52,56 +48,77 @@ static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, c
     return GERBIL_OK;
 }
 
+/* Qwen3.5's RMSNorms multiply by (1 + w) and Hugging Face checkpoints store w; MLX
+ * conversions (mlx-lm sanitize) and GGUF conversions store 1 + w. MLX conversions are
+ * recognised by their conv1d kernels in MLX layout [C, K, 1] (Hugging Face: [C, 1, K]). */
+static float norm_offset(const struct gerbil_model *m) {
+    const struct model_config *c = &m->cfg;
+    if (!c->norm_zero_centred || m->src.is_gguf) return 0.0f;
+    char name[128];
+    for (int l = 0; l < c->n_layer; l++) {
+        if (c->layer_kind[l] != LAYER_DELTANET) continue;
+        snprintf(name, sizeof name, "model.layers.%d.linear_attn.conv1d.weight", l);
+        const struct gb_tensor *t = wsrc_find(&m->src, name);
+        if (t && t->n_dims == 3 && t->ne[2] == 1 && t->ne[1] > 1) return 0.0f;
+        break;
+    }
+    return 1.0f;
+}
+
 gerbil_status llama_bind_weights(struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
-    /* Upper bound of f32 vector elements: norms, biases, q/k norms. */
-    size_t per_layer = (size_t)(2 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D);
+    /* Upper bound of f32 vector elements: norms, biases, q/k norms, DeltaNet vectors. */
+    size_t per_layer = (size_t)(2 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c);
     size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
     m->f32_store = malloc(total * sizeof(float));
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
-    struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total};
+    struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
 
-    GB_TRY(get_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
-    GB_TRY(get_vector(&b, "model.norm.weight", D, &m->out_norm));
+    GB_TRY(bind_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
+    GB_TRY(bind_vector(&b, "model.norm.weight", D, b.norm_add, &m->out_norm));
     if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
         if (!wsrc_find(&m->src, "lm_head.weight"))
             return err_set(GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\" "
                            "(config.json says tie_word_embeddings is false)");
-        GB_TRY(get_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
+        GB_TRY(bind_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
     }
 
     char name[256];
 #define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
     for (int l = 0; l < c->n_layer; l++) {
         struct layer_weights *w = &m->layers[l];
-        GB_TRY(get_vector(&b, NAME("input_layernorm.weight"), D, &w->attn_norm));
-        GB_TRY(get_matrix(&b, NAME("self_attn.q_proj.weight"), Q, D, &w->wq));
-        GB_TRY(get_matrix(&b, NAME("self_attn.k_proj.weight"), KV, D, &w->wk));
-        GB_TRY(get_matrix(&b, NAME("self_attn.v_proj.weight"), KV, D, &w->wv));
-        GB_TRY(get_matrix(&b, NAME("self_attn.o_proj.weight"), D, Q, &w->wo));
-        if (c->attn_qkv_bias) {
-            GB_TRY(get_vector(&b, NAME("self_attn.q_proj.bias"), Q, &w->bq));
-            GB_TRY(get_vector(&b, NAME("self_attn.k_proj.bias"), KV, &w->bk));
-            GB_TRY(get_vector(&b, NAME("self_attn.v_proj.bias"), KV, &w->bv));
-        }
-        if (c->attn_o_bias) GB_TRY(get_vector(&b, NAME("self_attn.o_proj.bias"), D, &w->bo));
-        if (c->qk_norm) {
-            GB_TRY(get_vector(&b, NAME("self_attn.q_norm.weight"), c->head_dim, &w->q_norm));
-            GB_TRY(get_vector(&b, NAME("self_attn.k_norm.weight"), c->head_dim, &w->k_norm));
-        }
-        GB_TRY(get_vector(&b, NAME("post_attention_layernorm.weight"), D, &w->ffn_norm));
-        GB_TRY(get_matrix(&b, NAME("mlp.gate_proj.weight"), F, D, &w->w_gate));
-        GB_TRY(get_matrix(&b, NAME("mlp.up_proj.weight"), F, D, &w->w_up));
-        GB_TRY(get_matrix(&b, NAME("mlp.down_proj.weight"), D, F, &w->w_down));
+        GB_TRY(bind_vector(&b, NAME("input_layernorm.weight"), D, b.norm_add, &w->attn_norm));
+        GB_TRY(bind_vector(&b, NAME("post_attention_layernorm.weight"), D, b.norm_add, &w->ffn_norm));
+        GB_TRY(bind_matrix(&b, NAME("mlp.gate_proj.weight"), F, D, &w->w_gate));
+        GB_TRY(bind_matrix(&b, NAME("mlp.up_proj.weight"), F, D, &w->w_up));
+        GB_TRY(bind_matrix(&b, NAME("mlp.down_proj.weight"), D, F, &w->w_down));
         if (c->mlp_bias) {
-            GB_TRY(get_vector(&b, NAME("mlp.gate_proj.bias"), F, &w->b_gate));
-            GB_TRY(get_vector(&b, NAME("mlp.up_proj.bias"), F, &w->b_up));
-            GB_TRY(get_vector(&b, NAME("mlp.down_proj.bias"), D, &w->b_down));
+            GB_TRY(bind_vector(&b, NAME("mlp.gate_proj.bias"), F, 0, &w->b_gate));
+            GB_TRY(bind_vector(&b, NAME("mlp.up_proj.bias"), F, 0, &w->b_up));
+            GB_TRY(bind_vector(&b, NAME("mlp.down_proj.bias"), D, 0, &w->b_down));
+        }
+        if (c->layer_kind[l] == LAYER_DELTANET) {
+            GB_TRY(deltanet_bind(&b, l, w));
+            continue;
+        }
+        GB_TRY(bind_matrix(&b, NAME("self_attn.q_proj.weight"), c->attn_out_gate ? 2 * Q : Q, D, &w->wq));
+        GB_TRY(bind_matrix(&b, NAME("self_attn.k_proj.weight"), KV, D, &w->wk));
+        GB_TRY(bind_matrix(&b, NAME("self_attn.v_proj.weight"), KV, D, &w->wv));
+        GB_TRY(bind_matrix(&b, NAME("self_attn.o_proj.weight"), D, Q, &w->wo));
+        if (c->attn_qkv_bias) {
+            GB_TRY(bind_vector(&b, NAME("self_attn.q_proj.bias"), c->attn_out_gate ? 2 * Q : Q, 0, &w->bq));
+            GB_TRY(bind_vector(&b, NAME("self_attn.k_proj.bias"), KV, 0, &w->bk));
+            GB_TRY(bind_vector(&b, NAME("self_attn.v_proj.bias"), KV, 0, &w->bv));
+        }
+        if (c->attn_o_bias) GB_TRY(bind_vector(&b, NAME("self_attn.o_proj.bias"), D, 0, &w->bo));
+        if (c->qk_norm) {
+            GB_TRY(bind_vector(&b, NAME("self_attn.q_norm.weight"), c->head_dim, b.norm_add, &w->q_norm));
+            GB_TRY(bind_vector(&b, NAME("self_attn.k_norm.weight"), c->head_dim, b.norm_add, &w->k_norm));
         }
     }
 #undef NAME
@@ -110,12 +127,64 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
 
 /* ---- forward ---- */
 
+/* Self-attention of layer l over the KV cache: xn (normed input) -> xn (output). */
+static void attention_block(struct gerbil_session *s, int l, int n, float rope_scale) {
+    const struct model_config *c = &s->model->cfg;
+    const struct layer_weights *w = &s->model->layers[l];
+    struct backend *be = &s->be;
+    const int hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd, pos0 = s->n_past;
+    float *xn = s->xn;
+    void (*rope)(float *, const int32_t *, const float *, float, int, int, int, int) =
+        c->rope_interleaved ? op_rope_interleaved : op_rope;
+
+    if (c->attn_out_gate) {                                          /* Qwen3.5: [q | gate] per head */
+        op_matmul(be, s->qg, xn, &w->wq, w->bq, n);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < c->n_head; h++) {
+                const float *src = s->qg + (size_t)t * 2 * Q + (size_t)h * 2 * hd;
+                memcpy(s->q + (size_t)t * Q + (size_t)h * hd, src, (size_t)hd * sizeof(float));
+                memcpy(s->gate + (size_t)t * Q + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
+            }
+    } else {
+        op_matmul(be, s->q, xn, &w->wq, w->bq, n);                   /* q = xn Wq^T */
+    }
+    op_matmul(be, s->k, xn, &w->wk, w->bk, n);                       /* k = xn Wk^T */
+    op_matmul(be, s->v, xn, &w->wv, w->bv, n);                       /* v = xn Wv^T */
+    if (w->q_norm) {                                                 /* Qwen3: per-head norms */
+        op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
+        op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
+    }
+    rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
+    rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
+    op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);      /* cache k, v */
+    op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
+    struct attn_args aa = {
+        .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
+        .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
+        .n_head_kv = c->n_head_kv, .head_dim = hd,
+        .window = c->layer_sliding[l] ? c->sliding_window : 0,
+        .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
+    };
+    op_attention(be, &aa);                                           /* att = softmax(q k^T) v */
+    if (c->attn_out_gate) op_sigmoid_mul(be, s->att, s->att, s->gate, (long)n * Q);
+    op_matmul(be, xn, s->att, &w->wo, w->bo, n);                     /* xn = att Wo^T */
+}
+
+/* SwiGLU feed-forward of layer l: xn (normed input) -> xn (output). */
+static void ffn_block(struct gerbil_session *s, int l, int n) {
+    const struct layer_weights *w = &s->model->layers[l];
+    struct backend *be = &s->be;
+    op_matmul(be, s->gate, s->xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
+    op_matmul(be, s->up, s->xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
+    op_silu_mul(be, s->gate, s->gate, s->up, (long)n * s->model->cfg.n_ff); /* gate = silu(gate) * up */
+    op_matmul(be, s->xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+}
+
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all) {
     struct gerbil_model *m = s->model;
     const struct model_config *c = &m->cfg;
     struct backend *be = &s->be;
-    const int D = c->n_embd, F = c->n_ff, hd = c->head_dim;
-    const int KV = c->n_head_kv * hd;
+    const int D = c->n_embd;
     const int pos0 = s->n_past;
     GB_ASSERT(n >= 1 && n <= s->n_batch && pos0 + n <= s->n_ctx);
 
@@ -124,50 +193,24 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale);
 
     float *x = s->x, *xn = s->xn;
-    void (*rope)(float *, const int32_t *, const float *, float, int, int, int, int) =
-        c->rope_interleaved ? op_rope_interleaved : op_rope;
-    op_get_rows(be, x, &m->tok_embd, ids, n);                       /* x = embed(ids) */
+    op_get_rows(be, x, &m->tok_embd, ids, n);                        /* x = embed(ids) */
 
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
-        /* attention block */
-        op_rmsnorm(be, xn, x, w->attn_norm, c->norm_eps, n, D);          /* xn = norm(x) */
-        op_matmul(be, s->q, xn, &w->wq, w->bq, n);                    /* q = xn Wq^T */
-        op_matmul(be, s->k, xn, &w->wk, w->bk, n);                    /* k = xn Wk^T */
-        op_matmul(be, s->v, xn, &w->wv, w->bv, n);                    /* v = xn Wv^T */
-        if (w->q_norm) {                                             /* Qwen3: per-head norms */
-            op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
-            op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
-        }
-        rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
-        rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
-        op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);   /* cache k, v */
-        op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
-        struct attn_args aa = {
-            .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
-            .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
-            .n_head_kv = c->n_head_kv, .head_dim = hd,
-            .window = c->layer_sliding[l] ? c->sliding_window : 0,
-            .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
-        };
-        op_attention(be, &aa);                                       /* att = softmax(q k^T) v */
-        op_matmul(be, xn, s->att, &w->wo, w->bo, n);                  /* xn = att Wo^T */
-        op_add(be, x, xn, (long)n * D);                                  /* x += attention */
-
-        /* feed-forward block (SwiGLU) */
-        op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
-        op_matmul(be, s->gate, xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
-        op_matmul(be, s->up, xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
-        op_silu_mul(be, s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
-        op_matmul(be, xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
-        op_add(be, x, xn, (long)n * D);                                  /* x += ffn */
+        op_rmsnorm(be, xn, x, w->attn_norm, c->norm_eps, n, D);       /* xn = norm(x) */
+        if (c->layer_kind[l] == LAYER_DELTANET) deltanet_forward(s, l, n);
+        else attention_block(s, l, n, rope_scale);
+        op_add(be, x, xn, (long)n * D);                              /* x += mixer(xn) */
+        op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);        /* xn = norm(x) */
+        ffn_block(s, l, n);
+        op_add(be, x, xn, (long)n * D);                              /* x += ffn(xn) */
     }
 
     s->n_past += n;
     if (!logits) return GERBIL_OK;
     const float *rows = all ? x : x + (size_t)(n - 1) * D;
     const int n_rows = all ? n : 1;
-    op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
-    op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);             /* logits = xn E^T */
+    op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);   /* final norm */
+    op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);            /* logits = xn E^T */
     return GERBIL_OK;
 }

@@ -52,6 +52,7 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
         if (st != GERBIL_OK) goto fail;
     }
     m->src.mlx = &m->cfg.mlx;
+    wsrc_detect_prefix(&m->src);
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
     m->reference_kernels = p.reference_kernels;
@@ -86,7 +87,9 @@ int gerbil_model_eos_ids(gerbil_model_t m, int32_t *ids, int cap) {
 
 /* Bytes of KV cache per token of context. */
 static size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
-    return 2 * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
+    size_t n_attn = 0;
+    for (int l = 0; l < c->n_layer; l++) n_attn += c->layer_kind[l] == LAYER_ATTENTION;
+    return 2 * n_attn * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
 }
 
 gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
@@ -134,6 +137,44 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
 
 /* ---- sessions ---- */
 
+/* Recurrent layers: one block of conv + delta-rule state (and its checkpoint), and the
+ * DeltaNet activation buffers. 0 on success. */
+static int recurrent_alloc(struct gerbil_session *s) {
+    const struct model_config *c = &s->model->cfg;
+    const struct deltanet_config *d = &c->dn;
+    const size_t B = (size_t)s->n_batch, C = 2 * (size_t)d->n_k_heads * d->k_dim + (size_t)d->n_v_heads * d->v_dim;
+    const size_t conv = (size_t)(d->conv_kernel - 1) * C, delta = (size_t)d->n_v_heads * d->k_dim * d->v_dim;
+    s->ckpt_pos = -1;
+    if (c->attn_out_gate && !(s->qg = malloc(B * 2 * (size_t)c->n_head * c->head_dim * sizeof(float)))) return -1;
+    int n_dn = 0;
+    for (int l = 0; l < c->n_layer; l++) n_dn += c->layer_kind[l] == LAYER_DELTANET;
+    if (!n_dn) return 0;
+    s->rstate_floats = (size_t)n_dn * (conv + delta);
+    s->rstate = calloc(s->rstate_floats, sizeof(float));
+    s->ckpt = malloc(s->rstate_floats * sizeof(float));
+    s->conv_state = calloc((size_t)c->n_layer, sizeof(float *));
+    s->delta_state = calloc((size_t)c->n_layer, sizeof(float *));
+    const size_t VD = (size_t)d->n_v_heads * d->v_dim;
+    s->dn_in = malloc(B * C * sizeof(float));
+    s->dn_conv = malloc(B * C * sizeof(float));
+    s->dn_z = malloc(B * VD * sizeof(float));
+    s->dn_out = malloc(B * VD * sizeof(float));
+    s->dn_g = malloc(B * d->n_v_heads * sizeof(float));
+    s->dn_beta = malloc(B * d->n_v_heads * sizeof(float));
+    s->dn_scratch = malloc((size_t)tp_n_threads(s->model->tp) * delta_scratch_floats(d->k_dim, d->v_dim) * sizeof(float));
+    if (!s->rstate || !s->ckpt || !s->conv_state || !s->delta_state || !s->dn_in || !s->dn_conv || !s->dn_z ||
+        !s->dn_out || !s->dn_g || !s->dn_beta || !s->dn_scratch)
+        return -1;
+    float *p = s->rstate;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (c->layer_kind[l] != LAYER_DELTANET) continue;
+        s->conv_state[l] = p;
+        s->delta_state[l] = p + conv;
+        p += conv + delta;
+    }
+    return 0;
+}
+
 gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *params,
                                  gerbil_session_t *out) {
     *out = NULL;
@@ -159,8 +200,10 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     }
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *lw = &m->layers[l];
-        const struct gb_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
-        for (int i = 0; i < 7; i++) {
+        const struct gb_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down,
+                                        &lw->w_qkv, &lw->w_z, &lw->w_b, &lw->w_a, &lw->w_out};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            if (!ws[i]->data) continue; /* not in this layer's kind */
             size_t w = op_matmul_work_size(ws[i], s->n_batch);
             if (w > s->be.work_size) s->be.work_size = w;
         }
@@ -172,10 +215,12 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     int ok = s->k_cache && s->v_cache;
     /* calloc: pages of context never reached are never touched, so never resident. */
     for (int l = 0; ok && l < c->n_layer; l++) {
+        if (c->layer_kind[l] != LAYER_ATTENTION) continue;
         s->k_cache[l] = calloc((size_t)n_ctx * KV, elt);
         s->v_cache[l] = calloc((size_t)n_ctx * KV, elt);
         ok = s->k_cache[l] && s->v_cache[l];
     }
+    ok = ok && recurrent_alloc(s) == 0;
     if (ok) {
         s->x = malloc(B * c->n_embd * sizeof(float));
         s->xn = malloc(B * c->n_embd * sizeof(float));
@@ -183,7 +228,7 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         s->att = malloc(B * Q * sizeof(float));
         s->k = malloc(B * KV * sizeof(float));
         s->v = malloc(B * KV * sizeof(float));
-        s->gate = malloc(B * c->n_ff * sizeof(float));
+        s->gate = malloc(B * (c->n_ff > (int)Q ? (size_t)c->n_ff : Q) * sizeof(float));
         s->up = malloc(B * c->n_ff * sizeof(float));
         s->attn_scratch = malloc((size_t)tp_n_threads(m->tp) * n_ctx * sizeof(float));
         if (s->be.work_size) s->be.work = malloc(s->be.work_size);
@@ -210,12 +255,49 @@ void gerbil_session_free(gerbil_session_t s) {
     free(s->v_cache);
     free(s->x); free(s->xn); free(s->q); free(s->att); free(s->k); free(s->v);
     free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->pos); free(s->be.work);
+    free(s->rstate); free(s->ckpt); free(s->conv_state); free(s->delta_state);
+    free(s->qg); free(s->dn_in); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_g); free(s->dn_beta);
+    free(s->dn_scratch);
     free(s);
 }
 
-void gerbil_session_reset(gerbil_session_t s) { s->n_past = 0; }
+void gerbil_session_reset(gerbil_session_t s) {
+    s->n_past = 0;
+    s->ckpt_pos = -1;
+    if (s->rstate) memset(s->rstate, 0, s->rstate_floats * sizeof(float));
+}
+
+/* A recurrent state cannot be rewound token by token: go back to the checkpoint when it
+ * lies at or before n, else to the start. */
 void gerbil_session_truncate(gerbil_session_t s, int n) {
-    if (n >= 0 && n < s->n_past) s->n_past = n;
+    if (n < 0 || n >= s->n_past) return;
+    if (!s->rstate) { s->n_past = n; return; }
+    if (s->ckpt_pos >= 0 && s->ckpt_pos <= n) {
+        memcpy(s->rstate, s->ckpt, s->rstate_floats * sizeof(float));
+        s->n_past = s->ckpt_pos;
+    } else {
+        gerbil_session_reset(s);
+    }
+}
+
+gerbil_status gerbil_session_copy(gerbil_session_t dst, gerbil_session_t src) {
+    const struct model_config *c = &src->model->cfg;
+    if (dst->model != src->model || dst->n_ctx < src->n_past || dst->kv_type != src->kv_type)
+        return err_set(GERBIL_ERR_INVALID_ARG, "session copy needs the same model and kv type and room for %d tokens",
+                       src->n_past);
+    const size_t row = (size_t)c->n_head_kv * c->head_dim * type_traits(src->kv_type)->type_size;
+    for (int l = 0; l < c->n_layer; l++) {
+        if (!src->k_cache[l]) continue;
+        memcpy(dst->k_cache[l], src->k_cache[l], row * (size_t)src->n_past);
+        memcpy(dst->v_cache[l], src->v_cache[l], row * (size_t)src->n_past);
+    }
+    if (src->rstate) {
+        memcpy(dst->rstate, src->rstate, src->rstate_floats * sizeof(float));
+        memcpy(dst->ckpt, src->ckpt, src->rstate_floats * sizeof(float));
+    }
+    dst->n_past = src->n_past;
+    dst->ckpt_pos = src->ckpt_pos;
+    return GERBIL_OK;
 }
 int gerbil_session_n_past(gerbil_session_t s) { return s->n_past; }
 int gerbil_session_n_ctx(gerbil_session_t s) { return s->n_ctx; }
@@ -240,6 +322,10 @@ gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n,
         else if (logits && last) out = logits;
         GB_TRY(llama_forward(s, ids + done, chunk, out, all_logits));
         done += chunk;
+    }
+    if (s->rstate && n > 1) { /* the state after a prompt: where a follow-up can rewind to */
+        memcpy(s->ckpt, s->rstate, s->rstate_floats * sizeof(float));
+        s->ckpt_pos = s->n_past;
     }
     return GERBIL_OK;
 }

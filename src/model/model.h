@@ -8,7 +8,8 @@
 
 struct layer_weights {
     const float *attn_norm;           /* (n_embd) */
-    struct gb_weight wq;       /* (n_head * head_dim, n_embd) */
+    struct gb_weight wq;       /* (n_head * head_dim, n_embd); x2 with attn_out_gate:
+                                  per head head_dim query rows, then head_dim gate rows */
     struct gb_weight wk;       /* (n_head_kv * head_dim, n_embd) */
     struct gb_weight wv;       /* (n_head_kv * head_dim, n_embd) */
     struct gb_weight wo;       /* (n_embd, n_head * head_dim) */
@@ -19,6 +20,16 @@ struct layer_weights {
     struct gb_weight w_up;     /* (n_ff, n_embd) */
     struct gb_weight w_down;   /* (n_embd, n_ff) */
     const float *b_gate, *b_up, *b_down;
+    /* Gated DeltaNet (LAYER_DELTANET): conv_dim = 2 * nk * dk + nv * dv */
+    struct gb_weight w_qkv;    /* (conv_dim, n_embd) in_proj_qkv */
+    struct gb_weight w_z;      /* (nv * dv, n_embd) in_proj_z: the output gate */
+    struct gb_weight w_b;      /* (nv, n_embd) in_proj_b: beta = sigmoid(x W_b^T) */
+    struct gb_weight w_a;      /* (nv, n_embd) in_proj_a: decay input */
+    struct gb_weight w_out;    /* (n_embd, nv * dv) out_proj */
+    const float *conv_w;              /* (conv_dim, conv_kernel) */
+    const float *ssm_a;               /* (nv): -exp(A_log) */
+    const float *dt_bias;             /* (nv) */
+    const float *dn_norm;             /* (dv): gated RMSNorm weight */
 };
 
 struct gerbil_model {
@@ -45,12 +56,39 @@ struct gerbil_session {
     void **k_cache, **v_cache;        /* [n_layer] -> (n_ctx, n_head_kv * head_dim) */
     float *x, *xn, *q, *k, *v, *att, *gate, *up; /* (n_batch, width) */
     float *attn_scratch;              /* (n_threads, n_ctx) */
+    /* recurrent layers: one block holding every layer's conv and delta-rule state, so
+     * a snapshot is one copy; ckpt holds the state after token ckpt_pos (-1: none) */
+    float *rstate, *ckpt;
+    size_t rstate_floats;
+    int ckpt_pos;
+    float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
+    float **delta_state;              /* [n_layer] -> (nv, dk, dv) or NULL */
+    float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
+    float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
+    float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
     float *inv_freq;                  /* (rope n_dims / 2) */
     int32_t *pos;                     /* (n_batch) */
 };
 
 /* Bind and validate the weights of cfg's architecture. */
 gerbil_status llama_bind_weights(struct gerbil_model *m);
+
+/* Weight binding helpers (llama.c), shared by the layer files. */
+struct binder {
+    struct gerbil_model *m;
+    float *f32_next;   /* bump pointer into m->f32_store */
+    size_t f32_left;
+    float norm_add;    /* added to RMSNorm weights: 1 for zero-centred norms stored as w - 1 */
+};
+gerbil_status bind_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols, struct gb_weight *out);
+/* A float tensor of n elements (any shape with that many) converted to f32, + add. */
+gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float add, const float **out);
+
+/* Gated DeltaNet layers (deltanet.c). */
+size_t deltanet_f32_floats(const struct model_config *c);
+gerbil_status deltanet_bind(struct binder *b, int layer, struct layer_weights *w);
+/* xn: the normed input rows; the mixer output replaces xn. */
+void deltanet_forward(struct gerbil_session *s, int layer, int n);
 /* Forward n (<= s->n_batch) tokens at s->n_past; logits: NULL, last row, or all rows. */
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all);
 

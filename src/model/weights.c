@@ -40,8 +40,36 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
     return -1;
 }
 
+void wsrc_detect_prefix(struct weight_source *s) {
+    static const struct { const char *model, *head; } layouts[] = {
+        {"model.", ""}, {"model.language_model.", ""}, {"language_model.model.", "language_model."},
+    };
+    snprintf(s->model_prefix, sizeof s->model_prefix, "model.");
+    s->head_prefix[0] = 0;
+    if (s->is_gguf) return;
+    char name[96];
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", layouts[i].model);
+        if (st_checkpoint_find(&s->ck, name)) {
+            snprintf(s->model_prefix, sizeof s->model_prefix, "%s", layouts[i].model);
+            snprintf(s->head_prefix, sizeof s->head_prefix, "%s", layouts[i].head);
+            return;
+        }
+    }
+}
+
 const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name) {
-    if (!s->is_gguf) return st_checkpoint_find(&s->ck, hf_name);
+    if (!s->is_gguf) {
+        char name[320];
+        if (!strncmp(hf_name, "model.", 6) && strcmp(s->model_prefix, "model.") && s->model_prefix[0]) {
+            snprintf(name, sizeof name, "%s%s", s->model_prefix, hf_name + 6);
+            hf_name = name;
+        } else if (!strncmp(hf_name, "lm_head.", 8) && s->head_prefix[0]) {
+            snprintf(name, sizeof name, "%s%s", s->head_prefix, hf_name);
+            hf_name = name;
+        }
+        return st_checkpoint_find(&s->ck, hf_name);
+    }
     char name[256];
     if (gguf_name(hf_name, name, sizeof name)) return NULL;
     return gguf_find_tensor(&s->gg, name);
@@ -90,6 +118,7 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
 static gerbil_status mlx_matrix(const struct weight_source *s, const char *name, const struct gb_tensor *t,
                                 int64_t rows, int64_t cols, struct gb_weight *out) {
     char module[256], sn[272], bn[272];
+    name = t->name; /* the file's spelling: overrides in config.json are keyed by it */
     size_t len = strlen(name);
     if (len < 8 || strcmp(name + len - 7, ".weight") || len - 7 >= sizeof module)
         return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX scales beside a tensor not named *.weight", name);
@@ -97,7 +126,7 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
     module[len - 7] = 0;
     snprintf(sn, sizeof sn, "%s.scales", module);
     snprintf(bn, sizeof bn, "%s.biases", module);
-    const struct gb_tensor *sc = wsrc_find(s, sn), *bi = wsrc_find(s, bn);
+    const struct gb_tensor *sc = st_checkpoint_find(&s->ck, sn), *bi = st_checkpoint_find(&s->ck, bn);
     int bits, gs;
     mlx_quant_for(s->mlx, module, &bits, &gs);
     if (bits == 0)

@@ -14,7 +14,15 @@ struct weight_source {
     struct st_checkpoint ck;
     struct gguf_file gg;
     const struct mlx_quant *mlx;  /* from config.json; bits 0 when not MLX */
+    /* Multimodal checkpoints nest the language model: "model.X" is stored as
+     * model_prefix + "X" and "lm_head.X" as head_prefix + "lm_head.X". */
+    char model_prefix[32], head_prefix[32];
 };
+
+/* Find where a safetensors checkpoint keeps the language model: "model." (text-only),
+ * "model.language_model." (transformers 5 multimodal) or "language_model.model."
+ * (MLX and older multimodal conversions). */
+void wsrc_detect_prefix(struct weight_source *s);
 
 /* NULL when absent. */
 const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name);

@@ -155,6 +155,7 @@ int cmd_chat(int argc, char **argv) {
         int keep = 0;
         while (keep < n_held && keep < n - 1 && held[keep] == ids[keep]) keep++;
         gerbil_session_truncate(tg.session, keep);
+        keep = gerbil_session_n_past(tg.session); /* recurrent models rewind to a checkpoint */
         struct textgen_out out;
         interrupted = 0;
         int bad = textgen_run(&tg, ids + keep, n - keep, stdout, &out);

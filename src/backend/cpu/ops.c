@@ -2,6 +2,7 @@
  * of attention) is in kernels.c; this file does the layout and the threading. */
 #include "backend/ops.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 #include "base/fp16.h"
 #include "base/status.h"
 
@@ -48,7 +49,7 @@ static void range_worker(void *p, int ith, int nth) {
     if (lo < hi) j->fn(j->ctx, lo, hi);
 }
 
-static void parallel_range(struct backend *be, long n, long work_per_item, void (*fn)(void *, long, long), void *ctx) {
+void parallel_range(struct backend *be, long n, long work_per_item, void (*fn)(void *, long, long), void *ctx) {
     struct range_job j = {.fn = fn, .ctx = ctx, .n = n};
     if (n * work_per_item < (1L << 15) || tp_n_threads(be->tp) == 1) fn(ctx, 0, n);
     else tp_run(be->tp, range_worker, &j);
