@@ -286,8 +286,8 @@ static void test_bad_headers(void) {
     EXPECT_HEADER("{\"x\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,16]}}", F,
                   "\"x\"", "shape");
     EXPECT_HEADER("{\"x\":{\"dtype\":\"F32\",\"data_offsets\":[0,16]}}", F, "\"x\"", "shape");
-    EXPECT_HEADER("{\"x\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,2]}}", U,
-                  "\"x\"", "5 dimensions");
+    EXPECT_HEADER("{\"x\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,2]}}", U,
+                  "\"x\"", "9 dimensions");
     /* Each dimension fits; their product does not fit in size_t. */
     EXPECT_HEADER("{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
                   "\"data_offsets\":[0,0]}}", F, "\"x\"", "overflow");

@@ -309,9 +309,9 @@ static gerbil_status rd_tensor_info(struct cursor *c, struct gguf_file *f, int i
     if (nd == 0)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s: n_dims 0 (scalar tensors are not supported)",
                        c->path, what);
-    if (nd > GB_MAX_DIMS)
+    if (nd > GGUF_MAX_DIMS)
         return err_set(GERBIL_ERR_FORMAT, "%s: %s: n_dims %u, expected 1 to %d", c->path, what, nd,
-                       GB_MAX_DIMS);
+                       GGUF_MAX_DIMS);
     uint64_t ne[GB_MAX_DIMS]; /* ggml order: ne[0] innermost */
     for (uint32_t d = 0; d < nd; d++) GB_TRY(rd_uint(c, 8, &ne[d], what));
     GB_TRY(rd_u32(c, &gtype, what));

@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+enum { GGUF_MAX_DIMS = 4 }; /* GGML_MAX_DIMS */
+
 enum gguf_vtype {
     GGUF_VT_U8 = 0, GGUF_VT_I8 = 1, GGUF_VT_U16 = 2, GGUF_VT_I16 = 3, GGUF_VT_U32 = 4, GGUF_VT_I32 = 5,
     GGUF_VT_F32 = 6, GGUF_VT_BOOL = 7, GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_U64 = 10,

@@ -201,9 +201,9 @@ static gerbil_status add_tensor(struct gguf_writer *w, const char *name, enum gb
     if ((unsigned)type >= GB_TYPE_COUNT || gguf_ggml_type_of(type) < 0)
         return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: tensor \"%s\": type %d has no GGUF id",
                        name, (int)type);
-    if (n_dims < 1 || n_dims > GB_MAX_DIMS)
+    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: tensor \"%s\": %d dims, expected 1 to %d",
-                       name, n_dims, GB_MAX_DIMS);
+                       name, n_dims, GGUF_MAX_DIMS);
     const struct gb_type_traits *tt = type_traits(type);
     size_t want = tt->type_size;
     for (int d = 0; d < n_dims; d++) {

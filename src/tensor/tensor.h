@@ -6,7 +6,7 @@
 
 #include "tensor/dtype.h"
 
-enum { GB_MAX_DIMS = 4 };
+enum { GB_MAX_DIMS = 8 };  /* safetensors (vision towers have 5-D kernels); GGUF allows 4 */
 
 struct gb_tensor {
     const char *name;        /* owned by the file that describes it */
