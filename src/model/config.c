@@ -22,6 +22,7 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
     {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN35},
     {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN35},
+    {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
 };
 enum { N_ARCH_ROWS = sizeof arch_table / sizeof arch_table[0] };
 
@@ -81,7 +82,11 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     if (rp && !cJSON_IsObject(rp))
         return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters/rope_scaling must be an object", path);
 
-    r->theta = json_get_num(root, "rope_theta", 10000.0);
+    /* LFM2: the original configs write "theta"; rope_parameters may be keyed by layer type */
+    const int lfm2 = cfg->arch == ARCH_LFM2;
+    r->theta = json_get_num(root, "rope_theta", lfm2 ? json_get_num(root, "theta", 1e6) : 10000.0);
+    const cJSON *per_type = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
+    if (per_type && cJSON_IsObject(per_type)) rp = per_type;
     if (rp) r->theta = json_get_num(rp, "rope_theta", r->theta);
     if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: rope_theta must be > 1", path);
 
@@ -134,6 +139,24 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     return GERBIL_OK;
 }
 
+/* LFM2 configs without layer_types list the attention layers in full_attn_idxs; the
+ * others are short-convolution layers (every layer is attention when neither is given). */
+static gerbil_status read_full_attn_idxs(const cJSON *root, const char *path, struct model_config *cfg) {
+    const cJSON *idx = cJSON_GetObjectItemCaseSensitive(root, "full_attn_idxs");
+    if (!idx || cJSON_IsNull(idx)) return GERBIL_OK;
+    if (!cJSON_IsArray(idx)) return err_set(GERBIL_ERR_FORMAT, "%s: full_attn_idxs must be a list of layer indices", path);
+    for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = LAYER_SHORTCONV;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, idx) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= cfg->n_layer)
+            return err_set(GERBIL_ERR_FORMAT, "%s: full_attn_idxs holds %s, not a layer index below %d", path,
+                           cJSON_IsNumber(e) ? "a number out of range" : "a non-number", cfg->n_layer);
+        cfg->layer_kind[(int)e->valuedouble] = LAYER_ATTENTION;
+    }
+    return GERBIL_OK;
+}
+
 /* What each layer is: full, sliding-window or linear attention. transformers 5 writes
  * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
  * Mistral applies sliding_window to every layer; Qwen3.5 configs without layer_types
@@ -155,11 +178,14 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
             const char *s = cJSON_IsString(e) ? e->valuestring : "";
             if (strcmp(s, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
             else if (strcmp(s, "linear_attention") == 0 && cfg->arch == ARCH_QWEN35) cfg->layer_kind[i] = LAYER_DELTANET;
+            else if (strcmp(s, "conv") == 0 && cfg->arch == ARCH_LFM2) cfg->layer_kind[i] = LAYER_SHORTCONV;
             else if (strcmp(s, "full_attention") != 0)
                 return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported for %s", path,
                                i, s, model_arch_name(cfg->arch));
             i++;
         }
+    } else if (cfg->arch == ARCH_LFM2) {
+        GB_TRY(read_full_attn_idxs(root, path, cfg));
     } else if (cfg->arch == ARCH_QWEN35) {
         int every = (int)json_get_int(root, "full_attention_interval", 4);
         if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
@@ -195,6 +221,39 @@ static gerbil_status read_deltanet(const cJSON *root, const char *path, struct m
                        path, d->n_v_heads, d->n_k_heads);
     if (d->k_dim > 4096 || d->v_dim > 4096 || d->conv_kernel > 64 || d->n_v_heads > 4096)
         return err_set(GERBIL_ERR_FORMAT, "%s: linear attention sizes are absurd", path);
+    return GERBIL_OK;
+}
+
+/* LFM2's feed-forward width (transformers' Lfm2MLP): block_ff_dim (the original key) or
+ * intermediate_size; with block_auto_adjust_ff_dim, int(2 * d / 3), then, when
+ * block_ffn_dim_multiplier is not null, int(multiplier * d) rounded up to a multiple of
+ * block_multiple_of. Python's float arithmetic and truncation, in double. */
+static gerbil_status read_lfm2(const cJSON *root, const char *path, struct model_config *cfg) {
+    const char *key = json_has(root, "block_ff_dim") ? "block_ff_dim" : "intermediate_size";
+    int ff;
+    GB_TRY(get_pos_int(root, key, 12288, path, &ff));
+    if (json_get_bool(root, "block_auto_adjust_ff_dim", 1)) {
+        double d = trunc(2.0 * ff / 3.0);
+        const cJSON *mult = cJSON_GetObjectItemCaseSensitive(root, "block_ffn_dim_multiplier");
+        if (!mult || !cJSON_IsNull(mult)) {
+            double k = mult ? (cJSON_IsNumber(mult) ? mult->valuedouble : -1.0) : 1.0;
+            if (!(k > 0.0 && k < 1e3))
+                return err_set(GERBIL_ERR_FORMAT, "%s: block_ffn_dim_multiplier must be a positive number", path);
+            int multiple;
+            GB_TRY(get_pos_int(root, "block_multiple_of", 256, path, &multiple));
+            d = trunc(k * d);
+            d = multiple * ceil(d / multiple);
+        }
+        if (!(d >= 1.0 && d <= (double)(1 << 24)))
+            return err_set(GERBIL_ERR_FORMAT, "%s: %s %d gives a feed-forward width of %g", path, key, ff, d);
+        ff = (int)d;
+    }
+    cfg->n_ff = ff;
+    GB_TRY(get_pos_int(root, "conv_L_cache", 3, path, &cfg->sc.kernel));
+    if (cfg->sc.kernel < 2 || cfg->sc.kernel > 64)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: conv_L_cache %d is not supported (2 to 64)", path, cfg->sc.kernel);
+    cfg->sc.bias = json_get_bool(root, "conv_bias", 0);
+    cfg->qk_norm = 1;
     return GERBIL_OK;
 }
 
@@ -275,7 +334,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
         return err_set(GERBIL_ERR_UNSUPPORTED,
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration",
+                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Lfm2ForCausalLM",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", model_arch_name(cfg->arch));
     /* Multimodal checkpoints keep the language model's hyperparameters in text_config;
@@ -287,9 +346,11 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     GB_TRY(get_pos_int(root, "hidden_size", 0, path, &cfg->n_embd));
     GB_TRY(get_pos_int(root, "num_hidden_layers", 0, path, &cfg->n_layer));
     GB_TRY(get_pos_int(root, "num_attention_heads", 0, path, &cfg->n_head));
-    GB_TRY(get_pos_int(root, "num_key_value_heads", cfg->n_head, path, &cfg->n_head_kv));
-    GB_TRY(get_pos_int(root, "intermediate_size", 0, path, &cfg->n_ff));
-    GB_TRY(get_pos_int(root, "max_position_embeddings", 2048, path, &cfg->n_ctx_train));
+    const int lfm2 = cfg->arch == ARCH_LFM2; /* its own keys and defaults (Lfm2Config) */
+    GB_TRY(get_pos_int(root, "num_key_value_heads", lfm2 ? 8 : cfg->n_head, path, &cfg->n_head_kv));
+    if (lfm2) GB_TRY(read_lfm2(root, path, cfg));
+    else GB_TRY(get_pos_int(root, "intermediate_size", 0, path, &cfg->n_ff));
+    GB_TRY(get_pos_int(root, "max_position_embeddings", lfm2 ? 128000 : 2048, path, &cfg->n_ctx_train));
     if (cfg->n_embd % cfg->n_head && !json_has(root, "head_dim"))
         return err_set(GERBIL_ERR_FORMAT, "%s: hidden_size %d not divisible by num_attention_heads %d",
                        path, cfg->n_embd, cfg->n_head);
@@ -299,14 +360,16 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
                        path, cfg->n_head, cfg->n_head_kv);
     if (cfg->n_layer > MODEL_MAX_LAYERS)
         return err_set(GERBIL_ERR_FORMAT, "%s: num_hidden_layers %d is absurd", path, cfg->n_layer);
-    cfg->norm_eps = (float)json_get_num(root, "rms_norm_eps", 1e-6);
-    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
+    const char *eps_key = lfm2 ? "norm_eps" : "rms_norm_eps";
+    cfg->norm_eps = (float)json_get_num(root, eps_key, lfm2 ? 1e-5 : 1e-6);
+    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be positive", path, eps_key);
 
     const char *act = json_get_str(root, "hidden_act", "silu");
     if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
 
-    cfg->tie_embeddings = json_get_bool(json_has(top, "tie_word_embeddings") ? top : root, "tie_word_embeddings", 0);
+    cfg->tie_embeddings = json_get_bool(json_has(top, "tie_word_embeddings") ? top : root, "tie_word_embeddings", lfm2);
+    if (lfm2) cfg->tie_embeddings = json_get_bool(root, "tie_embedding", cfg->tie_embeddings); /* the original key wins */
     int attention_bias = json_get_bool(root, "attention_bias", 0);
     switch (cfg->arch) {
     case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;

@@ -13,6 +13,8 @@ enum model_arch {
     ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head q/k RMSNorm */
     ARCH_QWEN35,    /* Qwen3_5ForCausalLM / the text of Qwen3_5ForConditionalGeneration:
                        Gated DeltaNet layers + gated full attention */
+    ARCH_LFM2,      /* Lfm2ForCausalLM (Liquid AI): gated short-convolution layers + attention
+                       with per-head q/k norms; its own module names (see llama.c) */
     ARCH_COUNT,
 };
 
@@ -39,6 +41,13 @@ enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
 enum layer_kind {
     LAYER_ATTENTION = 0,   /* softmax attention over the KV cache */
     LAYER_DELTANET,        /* Gated DeltaNet (linear attention with a recurrent state) */
+    LAYER_SHORTCONV,       /* LFM2 gated short convolution (a rolling conv state) */
+};
+
+/* LFM2 short-convolution hyperparameters. */
+struct shortconv_config {
+    int kernel;                /* conv_L_cache: taps of the causal depthwise conv */
+    int bias;                  /* conv_bias: in_proj, conv and out_proj have biases */
 };
 
 /* Gated DeltaNet hyperparameters (Qwen3.5 / Qwen3-Next "linear_*"). */
@@ -84,6 +93,7 @@ struct model_config {
     uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
     uint8_t *layer_kind;       /* [n_layer]: enum layer_kind */
     struct deltanet_config dn; /* when any layer is LAYER_DELTANET */
+    struct shortconv_config sc; /* when any layer is LAYER_SHORTCONV */
     int norm_zero_centred;     /* RMSNorm weights stored as w - 1: the norm multiplies by (1 + w) */
     int attn_out_gate;         /* q_proj also yields a per-head gate: out *= sigmoid(gate) (Qwen3.5) */
     struct rope_config rope;

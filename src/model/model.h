@@ -30,6 +30,10 @@ struct layer_weights {
     const float *ssm_a;               /* (nv): -exp(A_log) */
     const float *dt_bias;             /* (nv) */
     const float *dn_norm;             /* (dv): gated RMSNorm weight */
+    /* LFM2 short convolution (LAYER_SHORTCONV); also w_out (n_embd, n_embd) out_proj and
+     * conv_w (n_embd, conv_L_cache) */
+    struct gb_weight w_sc_in;  /* (3 * n_embd, n_embd) in_proj: [B | C | x] */
+    const float *b_sc_in, *b_conv, *b_out; /* conv_bias: (3 * n_embd), (n_embd), (n_embd) or NULL */
 };
 
 struct gerbil_model {
@@ -63,9 +67,11 @@ struct gerbil_session {
     int ckpt_pos;
     float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
     float **delta_state;              /* [n_layer] -> (nv, dk, dv) or NULL */
+    /* conv_state of a LAYER_SHORTCONV layer: (conv_L_cache - 1, n_embd) */
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
+    float *sc_in, *sc_bx, *sc_conv;   /* (n_batch, 3 * n_embd), (n_batch, n_embd) x2: short conv */
     float *inv_freq;                  /* (rope n_dims / 2) */
     int32_t *pos;                     /* (n_batch) */
 };
@@ -89,6 +95,11 @@ size_t deltanet_f32_floats(const struct model_config *c);
 gerbil_status deltanet_bind(struct binder *b, int layer, struct layer_weights *w);
 /* xn: the normed input rows; the mixer output replaces xn. */
 void deltanet_forward(struct gerbil_session *s, int layer, int n);
+/* LFM2 short-convolution layers (shortconv.c). */
+size_t shortconv_f32_floats(const struct model_config *c);
+gerbil_status shortconv_bind(struct binder *b, int layer, struct layer_weights *w);
+/* xn: the normed input rows; the mixer output replaces xn. */
+void shortconv_forward(struct gerbil_session *s, int layer, int n);
 /* Forward n (<= s->n_batch) tokens at s->n_past; logits: NULL, last row, or all rows. */
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all);
 
