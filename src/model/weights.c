@@ -19,6 +19,18 @@ static const struct { const char *hf, *gguf; } layer_names[] = {
     {"mlp.gate_proj", "ffn_gate"},
     {"mlp.up_proj", "ffn_up"},
     {"mlp.down_proj", "ffn_down"},
+    /* LFM2 (llama.cpp arch lfm2) */
+    {"operator_norm", "attn_norm"},
+    {"ffn_norm", "ffn_norm"},
+    {"self_attn.out_proj", "attn_output"},
+    {"self_attn.q_layernorm", "attn_q_norm"},
+    {"self_attn.k_layernorm", "attn_k_norm"},
+    {"feed_forward.w1", "ffn_gate"},
+    {"feed_forward.w3", "ffn_up"},
+    {"feed_forward.w2", "ffn_down"},
+    {"conv.conv", "shortconv.conv"},
+    {"conv.in_proj", "shortconv.in_proj"},
+    {"conv.out_proj", "shortconv.out_proj"},
 };
 
 static int gguf_name(const char *hf, char *out, size_t cap) {
@@ -26,6 +38,7 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
         {"lm_head.weight", "output.weight"},
+        {"model.embedding_norm.weight", "token_embd_norm.weight"}, /* LFM2's final norm, so named by llama.cpp */
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap ? 0 : -1;
