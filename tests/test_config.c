@@ -1,6 +1,8 @@
 /* config.json compatibility: checkpoints written before transformers 5 put rope_theta
- * at the top level and scaling under "rope_scaling" (with "type" or "rope_type").
- * Rewriting a fixture's config that way must give the same logits. */
+ * at the top level and scaling under "rope_scaling" (with "type" or "rope_type");
+ * LiquidAI's LFM2 configs use their original keys (block_ff_dim, full_attn_idxs,
+ * tie_embedding, theta). Rewriting a fixture's config that way must give the same
+ * logits; inconsistent LFM2 configs fail with a message naming the problem. */
 #include "gerbil.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -55,6 +57,49 @@ static void to_longrope(cJSON *cfg) {
     cJSON_ReplaceItemInObject(rp, "rope_type", cJSON_CreateString("longrope"));
 }
 
+/* LFM2 as LiquidAI's config.json spells it */
+static void to_lfm2_original(cJSON *cfg) {
+    cJSON_DeleteItemFromObject(cfg, "intermediate_size");
+    cJSON_AddNumberToObject(cfg, "block_ff_dim", 170);
+    cJSON_DeleteItemFromObject(cfg, "layer_types");
+    cJSON_ReplaceItemInObject(cfg, "full_attn_idxs", cJSON_CreateIntArray((const int[]){1, 3}, 2));
+    cJSON_DeleteItemFromObject(cfg, "tie_word_embeddings");
+    cJSON_AddTrueToObject(cfg, "tie_embedding");
+    cJSON_DeleteItemFromObject(cfg, "rope_parameters");
+    cJSON_AddNumberToObject(cfg, "theta", 1e6);
+}
+
+/* rope_parameters keyed by layer type */
+static void to_lfm2_rope_per_type(cJSON *cfg) {
+    cJSON *rp = cJSON_DetachItemFromObject(cfg, "rope_parameters");
+    cJSON *outer = cJSON_CreateObject();
+    cJSON_AddItemToObject(outer, "full_attention", rp);
+    cJSON_AddItemToObject(cfg, "rope_parameters", outer);
+}
+
+static void lfm2_kernel_1(cJSON *cfg) { cJSON_ReplaceItemInObject(cfg, "conv_L_cache", cJSON_CreateNumber(1)); }
+static void lfm2_kernel_4(cJSON *cfg) { cJSON_ReplaceItemInObject(cfg, "conv_L_cache", cJSON_CreateNumber(4)); }
+static void lfm2_multiple_256(cJSON *cfg) {
+    cJSON_ReplaceItemInObject(cfg, "block_multiple_of", cJSON_CreateNumber(256));
+}
+static void lfm2_bad_idx(cJSON *cfg) {
+    cJSON_DeleteItemFromObject(cfg, "layer_types");
+    cJSON_ReplaceItemInObject(cfg, "full_attn_idxs", cJSON_CreateIntArray((const int[]){1, 7}, 2));
+}
+
+static void expect_error(const char *fixture, const char *variant, void (*edit)(cJSON *), gerbil_status want,
+                         const char *needle) {
+    CHECK(make_variant(fixture, variant, edit) == 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, variant);
+    gerbil_model_t m = NULL;
+    gerbil_status st = gerbil_model_load(dir, NULL, &m);
+    CHECKF(st == want, "%s: status %d, want %d (%s)", variant, (int)st, (int)want, gerbil_last_error());
+    CHECKF(st == GERBIL_OK || strstr(gerbil_last_error(), needle), "%s: message \"%s\" does not name \"%s\"",
+           variant, gerbil_last_error(), needle);
+    gerbil_model_free(m);
+}
+
 static void check_logits(const char *fixture, const char *variant) {
     char dir[512], path[512];
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, variant);
@@ -91,6 +136,14 @@ int main(void) {
         CHECK(make_variant(fx[i], out, to_v4_style) == 0);
         check_logits(fx[i], out);
     }
+    CHECK(make_variant("lfm2-f32", "lfm2-original", to_lfm2_original) == 0);
+    check_logits("lfm2-f32", "lfm2-original");
+    CHECK(make_variant("lfm2-f32", "lfm2-rope-per-type", to_lfm2_rope_per_type) == 0);
+    check_logits("lfm2-f32", "lfm2-rope-per-type");
+    expect_error("lfm2-f32", "lfm2-k1", lfm2_kernel_1, GERBIL_ERR_UNSUPPORTED, "conv_L_cache 1");
+    expect_error("lfm2-f32", "lfm2-k4", lfm2_kernel_4, GERBIL_ERR_FORMAT, "model.layers.0.conv.conv.weight");
+    expect_error("lfm2-f32", "lfm2-ff256", lfm2_multiple_256, GERBIL_ERR_FORMAT, "feed_forward.w1.weight");
+    expect_error("lfm2-f32", "lfm2-idx", lfm2_bad_idx, GERBIL_ERR_FORMAT, "full_attn_idxs");
     CHECK(make_variant("llama-rope-linear", "longrope", to_longrope) == 0);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/longrope", tmpdir);
