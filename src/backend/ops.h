@@ -70,9 +70,10 @@ void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, in
 /* y[i] = x[i] * sigmoid(g[i]) (y may alias x). */
 void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n);
 /* Causal depthwise conv1d over time, then SiLU when silu is set. x, y: [n_tok][C]
- * (y must not alias x); w: [C][K]; state: [K-1][C], the inputs of the K-1 steps
- * before x (oldest first, zeros at the start of a sequence), replaced by the last
- * K-1 inputs. y[t][c] = act(sum_j w[c][j] * in[t + j][c]) over in = state ++ x. */
+ * (y must not alias x); w: [K][C] (tap-major: the checkpoint's [C][K] transposed);
+ * state: [K-1][C], the inputs of the K-1 steps before x (oldest first, zeros at the
+ * start of a sequence), replaced by the last K-1 inputs.
+ * y[t][c] = act(sum_j w[j][c] * in[t + j][c]) over in = state ++ x, summed in j order. */
 void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
                       int n_tok, int C, int K, int silu);
 /* x[t][h][:] = x[t][h][:] / sqrt(sum(x^2) + eps) * scale for n_heads heads of width d

@@ -26,7 +26,7 @@ struct layer_weights {
     struct gb_weight w_b;      /* (nv, n_embd) in_proj_b: beta = sigmoid(x W_b^T) */
     struct gb_weight w_a;      /* (nv, n_embd) in_proj_a: decay input */
     struct gb_weight w_out;    /* (n_embd, nv * dv) out_proj */
-    const float *conv_w;              /* (conv_dim, conv_kernel) */
+    const float *conv_w;              /* (conv_kernel, conv_dim): tap-major, transposed at load */
     const float *ssm_a;               /* (nv): -exp(A_log) */
     const float *dt_bias;             /* (nv) */
     const float *dn_norm;             /* (dv): gated RMSNorm weight */
