@@ -3,6 +3,7 @@
 #
 #   LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin bench/vs_llamacpp.sh          # uses build/ (or $BUILD)
 #   BUILD=/tmp/b P=512 N=128 REPS=3 THREADS="1 2" LLAMA_CPP_BIN=... bench/vs_llamacpp.sh
+#   SHAPE=qwen3.5-0.8b MLX_PEER=q4_k_m FORMATS="mlx4 q4_k_m" bench/vs_llamacpp.sh   # issue #5's run
 #
 # 1. makes /tmp/gerbil-bench/qwen3-0.6b-bf16 (random weights, Qwen3-0.6B shapes, bf16) if
 #    missing and copies ../shared/data/tokenizers/qwen3/tokenizer{,_config}.json into it
@@ -27,9 +28,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
 case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
 LLAMA_CPP_BIN="${LLAMA_CPP_BIN:-/tmp/llama.cpp/build/bin}"
-MODEL_DIR="${MODEL_DIR:-/tmp/gerbil-bench/qwen3-0.6b-bf16}"
-WORK="${WORK:-/tmp/gerbil-bench/vs-llamacpp}"
-TOK="${TOK:-$ROOT/../shared/data/tokenizers/qwen3}"
+SHAPE="${SHAPE:-qwen3-0.6b}"            # bench_make_model --shape
+MODEL_DIR="${MODEL_DIR:-/tmp/gerbil-bench/$SHAPE-bf16}"
+WORK="${WORK:-/tmp/gerbil-bench/vs-llamacpp-$SHAPE}"
+# the tokenizer copied into the model (its vocabulary must match the shape's)
+# (Qwen3's for both shapes: llama.cpp needs one; gerbil quantize pads the vocabulary to the model's)
+DEFTOK=$ROOT/../shared/data/tokenizers/qwen3
+TOK="${TOK:-$DEFTOK}"
+MLX_PEER="${MLX_PEER:-q4_0}"            # the llama.cpp file the MLX 4-bit folder is compared with
 P="${P:-512}"
 N="${N:-128}"
 REPS="${REPS:-3}"
@@ -51,7 +57,7 @@ mkdir -p "$WORK"
 # ---- 1. model + tokenizer
 if [ ! -f "$MODEL_DIR/model.safetensors" ] || [ ! -f "$MODEL_DIR/config.json" ]; then
     echo "== creating $MODEL_DIR (random bf16 weights, ~1.2 GB)" >&2
-    "$BUILD/bench_make_model" "$MODEL_DIR" --shape qwen3-0.6b --dtype bf16 --seed 1
+    "$BUILD/bench_make_model" "$MODEL_DIR" --shape "$SHAPE" --dtype bf16 --seed 1
 fi
 if [ ! -f "$MODEL_DIR/tokenizer.json" ]; then
     if [ -f "$TOK/tokenizer.json" ]; then
@@ -88,7 +94,9 @@ fi
 KV_BYTES=$(python3 -c "
 import json; c = json.load(open('$MODEL_DIR/config.json'))
 hd = c.get('head_dim') or c['hidden_size'] // c['num_attention_heads']
-print(c['num_hidden_layers'] * c.get('num_key_value_heads', c['num_attention_heads']) * hd * 2 * 2 * ($P + $N))")
+every = c.get('full_attention_interval')   # hybrids: only attention layers keep K and V
+n_attn = c['num_hidden_layers'] // every if every else c['num_hidden_layers']
+print(n_attn * c.get('num_key_value_heads', c['num_attention_heads']) * hd * 2 * 2 * ($P + $N))")
 
 # ---- machine state
 CPU=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
@@ -115,7 +123,7 @@ ROWS="$WORK/rows.txt"
 : >"$ROWS"
 for fmt in $FORMATS; do
     case $fmt in
-        mlx4) GF="$WORK/mlx4"; LF="$WORK/q4_0.gguf"; label="MLX 4-bit g64 vs Q4_0"
+        mlx4) GF="$WORK/mlx4"; LF="$WORK/$MLX_PEER.gguf"; label="MLX 4-bit g64 vs $(echo $MLX_PEER | tr a-z A-Z)"
               FBYTES=$(stat -c %s "$WORK/mlx4/model.safetensors") ;;
         *) GF="$WORK/$fmt.gguf"; LF="$GF"; label=$(echo "$fmt" | tr a-z A-Z); FBYTES=$(stat -c %s "$GF") ;;
     esac
@@ -153,5 +161,5 @@ echo '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|'
 cat "$ROWS"
 echo
 echo "ratio = gerbil / llama.cpp (targets: tg >= 1.2x, pp >= 1.0x; RSS <= 110% of file + KV)."
-echo "KV = f16 K and V for $((P + N)) tokens. The MLX row compares gerbil on the MLX folder with llama.cpp on Q4_0."
+echo "KV = f16 K and V for $((P + N)) tokens. The MLX row compares gerbil on the MLX folder with llama.cpp on $MLX_PEER."
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

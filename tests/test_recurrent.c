@@ -131,7 +131,7 @@ static void test_conv(threadpool_t *tp, int n_tok, int C, int K, int silu) {
     double acc = 0;
     for (int j = 0; j < K; j++) {
         int src = t + j - (K - 1);
-        if (src >= 0) acc += (double)w[(size_t)c * K + j] * x[(size_t)src * C + c];
+        if (src >= 0) acc += (double)w[(size_t)j * C + c] * x[(size_t)src * C + c];
     }
     double want = silu ? acc / (1 + exp(-acc)) : acc;
     CHECKF(fabs(y1[(size_t)t * C + c] - want) < 1e-5, "conv1d: y[%d][%d] = %g, want %g", t, c,

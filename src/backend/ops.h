@@ -70,9 +70,10 @@ void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, in
 /* y[i] = x[i] * sigmoid(g[i]) (y may alias x). */
 void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n);
 /* Causal depthwise conv1d over time, then SiLU when silu is set. x, y: [n_tok][C]
- * (y must not alias x); w: [C][K]; state: [K-1][C], the inputs of the K-1 steps
- * before x (oldest first, zeros at the start of a sequence), replaced by the last
- * K-1 inputs. y[t][c] = act(sum_j w[c][j] * in[t + j][c]) over in = state ++ x. */
+ * (y must not alias x); w: [K][C] (tap-major: the checkpoint's [C][K] transposed);
+ * state: [K-1][C], the inputs of the K-1 steps before x (oldest first, zeros at the
+ * start of a sequence), replaced by the last K-1 inputs.
+ * y[t][c] = act(sum_j w[j][c] * in[t + j][c]) over in = state ++ x, summed in j order. */
 void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
                       int n_tok, int C, int K, int silu);
 /* Gating product over strided rows: y[t][i] = a[t * a_stride + i] * (b[t * b_stride + i]
@@ -94,7 +95,7 @@ void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float 
  * q, k: rows of stride qk_stride ([nk][dk] at offsets q_off, k_off; q already
  * l2-normalised and scaled by dk^-1/2, k l2-normalised); v: stride v_stride at
  * v_off, [nv][dv]; g, beta: [n_tok][nv]; out: [n_tok][nv][dv]; state: [nv][dk][dv],
- * updated. chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
+ * updated (v_tiled: key head h % nk). chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
  * which computes the same values in another order (prefill); else token by token. */
 enum { DELTA_CHUNK = 64 };
 struct delta_args {
@@ -104,6 +105,7 @@ struct delta_args {
     float *out;
     float *state;
     int n_tok, nk, nv, dk, dv;
+    int v_tiled;               /* value head h reads key head h % nk (else h / (nv / nk)) */
     int chunked;
     float *scratch;            /* delta_scratch_floats(dk, dv) per thread */
 };

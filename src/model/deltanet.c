@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int conv_dim(const struct deltanet_config *d) { return 2 * d->n_k_heads * d->k_dim + d->n_v_heads * d->v_dim; }
 
@@ -38,6 +40,14 @@ gerbil_status deltanet_bind(struct binder *b, int l, struct layer_weights *w) {
         float *a = (float *)w->ssm_a;
         for (int h = 0; h < NV; h++) a[h] = -expf(a[h]);
     }
+    /* the conv kernel tap-major ([K][C]) so the conv runs along channels */
+    const int C = conv_dim(d), K = d->conv_kernel;
+    float *tmp = malloc((size_t)C * K * sizeof *tmp), *cw = (float *)w->conv_w;
+    if (!tmp) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K; j++) tmp[(size_t)j * C + c] = cw[(size_t)c * K + j];
+    memcpy(cw, tmp, (size_t)C * K * sizeof *tmp);
+    free(tmp);
     return GERBIL_OK;
 }
 
@@ -66,7 +76,7 @@ void deltanet_forward(struct gerbil_session *s, int l, int n) {
     struct delta_args da = {
         .x = s->dn_conv, .qk_stride = C, .v_stride = C, .q_off = 0, .k_off = key_dim, .v_off = 2 * key_dim,
         .g = s->dn_g, .beta = s->dn_beta, .out = s->dn_out, .state = s->delta_state[l],
-        .n_tok = n, .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim,
+        .n_tok = n, .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim, .v_tiled = d->v_heads_tiled,
         .chunked = n > 1, .scratch = s->dn_scratch,
     };
     op_delta_rule(be, &da);

@@ -52,6 +52,7 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
         if (st != GERBIL_OK) goto fail;
     }
     m->src.mlx = &m->cfg.mlx;
+    m->src.arch = m->cfg.arch;
     wsrc_detect_prefix(&m->src);
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
@@ -92,6 +93,8 @@ static size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
     return 2 * n_attn * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
 }
 
+static size_t layer_state_floats(const struct model_config *c, int l, size_t *conv);
+
 gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     const struct model_config *c = &m->cfg;
     /* dtype histogram over the weights actually bound */
@@ -109,13 +112,24 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
             off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
                                     type_name((enum gb_type)t), 100.0 * by_type[t] / (double)n_elems);
     int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
+    int n_dn = 0, n_sc = 0;
+    size_t state = 0, conv;
+    for (int l = 0; l < c->n_layer; l++) {
+        n_dn += c->layer_kind[l] == LAYER_DELTANET;
+        n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
+        state += layer_state_floats(c, l, &conv);
+    }
+    char kinds[96] = "";
+    if (n_dn || n_sc)
+        snprintf(kinds, sizeof kinds, " (%d %s, %d attention; recurrent state %.1f MiB)", n_dn + n_sc,
+                 n_dn ? "Gated DeltaNet" : "short conv", c->n_layer - n_dn - n_sc, (double)state * 4 / 1048576.0);
     double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
     const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
     snprintf(buf, cap,
              "architecture:   %s\n"
              "parameters:     %lld (%.2f M)\n"
              "dtypes:         %s\n"
-             "layers:         %d\n"
+             "layers:         %d%s\n"
              "hidden size:    %d\n"
              "ffn size:       %d\n"
              "heads:          %d (kv %d, head_dim %d)\n"
@@ -127,7 +141,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              "weights:        %.1f MiB (read in their stored format)\n"
              "kv cache:       %.1f MiB at %d tokens (f16), %.1f KiB/token\n"
              "memory needed:  %.1f MiB (weights + f16 kv cache at %d tokens)\n",
-             c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, c->n_embd, c->n_ff,
+             c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, kinds, c->n_embd, c->n_ff,
              c->n_head, c->n_head_kv, c->head_dim, c->n_vocab, c->n_ctx_train, rope_names[c->rope.type],
              c->rope.theta, c->rope.factor, c->rope.n_dims, c->sliding_window, c->tie_embeddings ? "yes" : "no",
              m->weight_bytes / 1048576.0, kv16 / 1048576.0, n_ctx, kv_bytes_per_token(c, 2) / 1024.0,

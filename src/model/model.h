@@ -26,12 +26,12 @@ struct layer_weights {
     struct gb_weight w_b;      /* (nv, n_embd) in_proj_b: beta = sigmoid(x W_b^T) */
     struct gb_weight w_a;      /* (nv, n_embd) in_proj_a: decay input */
     struct gb_weight w_out;    /* (n_embd, nv * dv) out_proj */
-    const float *conv_w;              /* (conv_dim, conv_kernel) */
+    const float *conv_w;              /* (conv_kernel, conv_dim): tap-major, transposed at load */
     const float *ssm_a;               /* (nv): -exp(A_log) */
     const float *dt_bias;             /* (nv) */
     const float *dn_norm;             /* (dv): gated RMSNorm weight */
     /* LFM2 short convolution (LAYER_SHORTCONV); also w_out (n_embd, n_embd) out_proj and
-     * conv_w (n_embd, conv_L_cache) */
+     * conv_w (conv_L_cache, n_embd), tap-major */
     struct gb_weight w_sc_in;  /* (3 * n_embd, n_embd) in_proj: [B | C | x] */
     const float *b_sc_in, *b_conv, *b_out; /* conv_bias: (3 * n_embd), (n_embd), (n_embd) or NULL */
 };

@@ -7,6 +7,8 @@
 #include "model/model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 size_t shortconv_f32_floats(const struct model_config *c) {
     for (int l = 0; l < c->n_layer; l++)
@@ -45,6 +47,13 @@ gerbil_status shortconv_bind(struct binder *b, int l, struct layer_weights *w) {
     GB_TRY(bind_matrix(b, NAME("out_proj.weight"), D, D, &w->w_out));
     GB_TRY(check_kernel(b, NAME("conv.weight"), D, K));
     GB_TRY(bind_vector(b, name, D * K, 0, &w->conv_w));
+    /* tap-major ([K][C]), the layout op_conv1d_causal reads along channels */
+    float *tmp = malloc((size_t)(D * K) * sizeof *tmp), *cw = (float *)w->conv_w;
+    if (!tmp) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    for (int64_t c = 0; c < D; c++)
+        for (int j = 0; j < K; j++) tmp[(size_t)j * D + c] = cw[(size_t)c * K + j];
+    memcpy(cw, tmp, (size_t)(D * K) * sizeof *tmp);
+    free(tmp);
     if (c->sc.bias) {
         GB_TRY(bind_vector(b, NAME("in_proj.bias"), 3 * D, 0, &w->b_sc_in));
         GB_TRY(bind_vector(b, NAME("conv.bias"), D, 0, &w->b_conv));

@@ -63,24 +63,31 @@ struct conv_args {
     int n_tok, C, K, silu;
 };
 
-/* Input row i of state ++ x, channel c. */
-static inline float conv_in(const struct conv_args *a, int i, int c) {
-    return i < a->K - 1 ? a->state[(size_t)i * a->C + c] : a->x[(size_t)(i - (a->K - 1)) * a->C + c];
+/* Row i of the input state ++ x. */
+static inline const float *conv_row(const struct conv_args *a, int i) {
+    return i < a->K - 1 ? a->state + (size_t)i * a->C : a->x + (size_t)(i - (a->K - 1)) * a->C;
 }
 
 static void conv_channels(void *p, long lo, long hi) {
     const struct conv_args *a = p;
-    const int K = a->K;
-    for (int t = 0; t < a->n_tok; t++)
-        for (long c = lo; c < hi; c++) {
-            const float *w = a->w + (size_t)c * K;
-            float acc = 0.0f;
-            for (int j = 0; j < K; j++) acc += w[j] * conv_in(a, t + j, (int)c);
-            a->y[(size_t)t * a->C + c] = a->silu ? siluf(acc) : acc;
+    const int K = a->K, C = a->C;
+    for (int t = 0; t < a->n_tok; t++) {
+        float *y = a->y + (size_t)t * C;
+        const float *in = conv_row(a, t);
+        for (long c = lo; c < hi; c++) y[c] = a->w[c] * in[c];
+        for (int j = 1; j < K; j++) {
+            const float *wj = a->w + (size_t)j * C;
+            in = conv_row(a, t + j);
+            for (long c = lo; c < hi; c++) y[c] += wj[c] * in[c];
         }
+        if (a->silu)
+            for (long c = lo; c < hi; c++) y[c] = siluf(y[c]);
+    }
     /* the new state: the last K-1 inputs; row r reads input n_tok + r > r, not yet overwritten */
-    for (int r = 0; r < K - 1; r++)
-        for (long c = lo; c < hi; c++) a->state[(size_t)r * a->C + c] = conv_in(a, a->n_tok + r, (int)c);
+    for (int r = 0; r < K - 1; r++) {
+        const float *in = conv_row(a, a->n_tok + r);
+        memmove(a->state + (size_t)r * C + lo, in + lo, (size_t)(hi - lo) * sizeof(float));
+    }
 }
 
 void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
@@ -146,6 +153,8 @@ size_t delta_scratch_floats(int dk, int dv) {
     return (size_t)DELTA_CHUNK * DELTA_CHUNK + (size_t)DELTA_CHUNK * ((size_t)dk + dv + 1);
 }
 
+static inline int key_head(const struct delta_args *a, int h) { return a->v_tiled ? h % a->nk : h / (a->nv / a->nk); }
+
 static inline const float *dq(const struct delta_args *a, int t, int kh) {
     return a->x + (size_t)t * a->qk_stride + a->q_off + (size_t)kh * a->dk;
 }
@@ -158,7 +167,7 @@ static inline const float *dv_(const struct delta_args *a, int t, int h) {
 
 /* One token at a time: two passes over S per token. */
 static void delta_head_recurrent(const struct delta_args *a, int h, float *S, float *tmp) {
-    const int dk = a->dk, dv = a->dv, kh = h / (a->nv / a->nk);
+    const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
     for (int t = 0; t < a->n_tok; t++) {
         const float *q = dq(a, t, kh), *k = dk_(a, t, kh), *v = dv_(a, t, h);
         const float decay = expf(a->g[(size_t)t * a->nv + h]), beta = a->beta[(size_t)t * a->nv + h];
@@ -186,7 +195,7 @@ static void delta_head_recurrent(const struct delta_args *a, int h, float *S, fl
  * unit lower-triangular solve (the UT transform), then the chunk reads the state once
  * and writes it once. cum: cumulative log decay within the chunk. */
 static void delta_head_chunked(const struct delta_args *a, int h, float *S, float *scratch) {
-    const int dk = a->dk, dv = a->dv, kh = h / (a->nv / a->nk);
+    const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
     float *A = scratch;                                    /* [C][C], strictly lower used */
     float *U = A + (size_t)DELTA_CHUNK * DELTA_CHUNK;      /* [C][dv]: new values */
     float *W = U + (size_t)DELTA_CHUNK * dv;               /* [C][dk]: decayed beta keys */
