@@ -62,7 +62,7 @@ struct gerbil_session {
     size_t rstate_floats;
     int ckpt_pos;
     float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
-    float **delta_state;              /* [n_layer] -> (nv, dk, dv) or NULL */
+    float **delta_state;              /* [n_layer] -> (nv, dv, dk): S^T per value head, or NULL */
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
