@@ -77,7 +77,9 @@ static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int 
     float *out[2], *state[2], *init = malloc(sizeof(float) * ns), *ref_out = malloc(sizeof(float) * no);
     double *S = malloc(sizeof(double) * ns);
     fill(init, ns, 0.3f);
-    for (size_t i = 0; i < ns; i++) S[i] = init[i];
+    for (int h = 0; h < nv; h++) /* the op keeps S^T [dv][dk]; the reference S [dk][dv] */
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++) S[((size_t)h * dk + i) * dv + j] = init[((size_t)h * dv + j) * dk + i];
     float *scratch = malloc(sizeof(float) * delta_scratch_floats(dk, dv) * (size_t)tp_n_threads(tp));
     struct backend be = {.tp = tp};
     struct delta_args a = {.x = x, .qk_stride = stride, .v_stride = stride, .q_off = 0, .k_off = nk * dk,
@@ -86,7 +88,9 @@ static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int 
     a.out = ref_out;
     delta_ref(&a, S);
     float *ref_state = malloc(sizeof(float) * ns);
-    for (size_t i = 0; i < ns; i++) ref_state[i] = (float)S[i];
+    for (int h = 0; h < nv; h++)
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++) ref_state[((size_t)h * dv + j) * dk + i] = (float)S[((size_t)h * dk + i) * dv + j];
     for (int chunked = 0; chunked <= 1; chunked++) {
         out[chunked] = malloc(sizeof(float) * no);
         state[chunked] = malloc(sizeof(float) * ns);

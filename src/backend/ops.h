@@ -94,8 +94,8 @@ void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float 
  *   S = exp(g[t][h]) * S;  S += k (beta[t][h] * (v - S^T k))^T;  out = S^T q
  * q, k: rows of stride qk_stride ([nk][dk] at offsets q_off, k_off; q already
  * l2-normalised and scaled by dk^-1/2, k l2-normalised); v: stride v_stride at
- * v_off, [nv][dv]; g, beta: [n_tok][nv]; out: [n_tok][nv][dv]; state: [nv][dk][dv],
- * updated (v_tiled: key head h % nk). chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
+ * v_off, [nv][dv]; g, beta: [n_tok][nv]; out: [n_tok][nv][dv]; state: [nv][dv][dk]
+ * (S transposed), updated (v_tiled: key head h % nk). chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
  * which computes the same values in another order (prefill); else token by token. */
 enum { DELTA_CHUNK = 64 };
 struct delta_args {

@@ -66,7 +66,7 @@ struct gerbil_session {
     size_t rstate_floats;
     int ckpt_pos;
     float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
-    float **delta_state;              /* [n_layer] -> (nv, dk, dv) or NULL */
+    float **delta_state;              /* [n_layer] -> (nv, dv, dk): S^T per value head, or NULL */
     /* conv_state of a LAYER_SHORTCONV layer: (conv_L_cache - 1, n_embd) */
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */

@@ -149,8 +149,12 @@ void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float 
 
 /* ---- gated delta rule ---- */
 
+/* The state is kept transposed, St = S^T [dv][dk]: row j holds what value channel j
+ * reads from every key channel, so the recurrent step is one pass of dot/axpy over
+ * rows and the chunked form is made of f32 matmuls (kernels.h: y = x w^T). */
 size_t delta_scratch_floats(int dk, int dv) {
-    return (size_t)DELTA_CHUNK * DELTA_CHUNK + (size_t)DELTA_CHUNK * ((size_t)dk + dv + 1);
+    const size_t L = DELTA_CHUNK;
+    return L * L + L * (4 * (size_t)dk + 4 * (size_t)dv + 1) + (size_t)dv * L + (size_t)dk * L + (size_t)dv * dk;
 }
 
 static inline int key_head(const struct delta_args *a, int h) { return a->v_tiled ? h % a->nk : h / (a->nv / a->nk); }
@@ -165,90 +169,100 @@ static inline const float *dv_(const struct delta_args *a, int t, int h) {
     return a->x + (size_t)t * a->v_stride + a->v_off + (size_t)h * a->dv;
 }
 
-/* One token at a time: two passes over S per token. */
-static void delta_head_recurrent(const struct delta_args *a, int h, float *S, float *tmp) {
+/* One token at a time, one pass over St per token: for each value channel j,
+ * row = decay * row; kv = row . k; row += beta (v_j - kv) k; out_j = row . q. */
+static void delta_head_recurrent(const struct delta_args *a, int h, float *St) {
     const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
     for (int t = 0; t < a->n_tok; t++) {
         const float *q = dq(a, t, kh), *k = dk_(a, t, kh), *v = dv_(a, t, h);
         const float decay = expf(a->g[(size_t)t * a->nv + h]), beta = a->beta[(size_t)t * a->nv + h];
         float *out = a->out + ((size_t)t * a->nv + h) * dv;
-        /* S *= decay; tmp = S^T k */
-        memset(tmp, 0, (size_t)dv * sizeof *tmp);
-        for (int i = 0; i < dk; i++) {
-            float *row = S + (size_t)i * dv;
-            for (int j = 0; j < dv; j++) row[j] *= decay;
-            axpy_f32(tmp, k[i], row, dv);
-        }
-        /* tmp = beta (v - S^T k) */
-        for (int j = 0; j < dv; j++) tmp[j] = (v[j] - tmp[j]) * beta;
-        /* S += k tmp^T; out = S^T q */
-        memset(out, 0, (size_t)dv * sizeof *out);
-        for (int i = 0; i < dk; i++) {
-            float *row = S + (size_t)i * dv;
-            axpy_f32(row, k[i], tmp, dv);
-            axpy_f32(out, q[i], row, dv);
+        for (int j = 0; j < dv; j++) {
+            float *row = St + (size_t)j * dk;
+            for (int i = 0; i < dk; i++) row[i] *= decay;
+            const float delta = (v[j] - dot_f32(row, k, dk)) * beta;
+            axpy_f32(row, delta, k, dk);
+            out[j] = dot_f32(row, q, dk);
         }
     }
 }
 
+static void transpose(float *dst, const float *src, int rows, int cols) { /* dst [cols][rows] */
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
 /* Chunks of L <= DELTA_CHUNK tokens: within a chunk the L rank-one updates become a
- * unit lower-triangular solve (the UT transform), then the chunk reads the state once
- * and writes it once. cum: cumulative log decay within the chunk. */
-static void delta_head_chunked(const struct delta_args *a, int h, float *S, float *scratch) {
-    const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
-    float *A = scratch;                                    /* [C][C], strictly lower used */
-    float *U = A + (size_t)DELTA_CHUNK * DELTA_CHUNK;      /* [C][dv]: new values */
-    float *W = U + (size_t)DELTA_CHUNK * dv;               /* [C][dk]: decayed beta keys */
-    float *cum = W + (size_t)DELTA_CHUNK * dk;             /* [C] */
-    for (int t0 = 0; t0 < a->n_tok; t0 += DELTA_CHUNK) {
-        const int L = a->n_tok - t0 < DELTA_CHUNK ? a->n_tok - t0 : DELTA_CHUNK;
+ * unit lower-triangular solve (the UT transform); the chunk then reads the state once
+ * and writes it once, through matmuls. cum: cumulative log decay within the chunk. */
+static void delta_head_chunked(const struct delta_args *a, int h, float *St, float *scratch) {
+    const int dk = a->dk, dv = a->dv, kh = key_head(a, h), C = DELTA_CHUNK;
+    float *A = scratch;                        /* [C][C]: beta_i k_i.k_j decays, then q_i.k_j decays */
+    float *Kc = A + (size_t)C * C;             /* [C][dk] keys */
+    float *Qr = Kc + (size_t)C * dk;           /* [C][dk] queries */
+    float *Qc = Qr + (size_t)C * dk;           /* [C][dk] queries * exp(cum) */
+    float *W = Qc + (size_t)C * dk;            /* [C][dk] decayed beta keys, solved */
+    float *U = W + (size_t)C * dk;             /* [C][dv] beta values, solved, then new values */
+    float *O = U + (size_t)C * dv;             /* [C][dv] outputs */
+    float *T1 = O + (size_t)C * dv;            /* [C][dv] */
+    float *T2 = T1 + (size_t)C * dv;           /* [C][dv] */
+    float *cum = T2 + (size_t)C * dv;          /* [C] */
+    float *Ut = cum + C;                       /* [dv][C] */
+    float *KdT = Ut + (size_t)dv * C;          /* [dk][C] keys decayed to the chunk end, transposed */
+    float *D = KdT + (size_t)dk * C;           /* [dv][dk] state update */
+    for (int t0 = 0; t0 < a->n_tok; t0 += C) {
+        const int L = a->n_tok - t0 < C ? a->n_tok - t0 : C;
         float c = 0.0f;
-        for (int i = 0; i < L; i++) cum[i] = c += a->g[(size_t)(t0 + i) * a->nv + h];
-        /* A[i][j] = beta_i (k_i . k_j) exp(cum_i - cum_j), j < i; solve (I + A) U = beta v and
-         * (I + A) W = beta k exp(cum) by forward substitution */
         for (int i = 0; i < L; i++) {
-            const float *ki = dk_(a, t0 + i, kh), *vi = dv_(a, t0 + i, h);
-            const float bi = a->beta[(size_t)(t0 + i) * a->nv + h];
-            float *Ui = U + (size_t)i * dv, *Wi = W + (size_t)i * dk;
-            const float ei = expf(cum[i]);
+            cum[i] = c += a->g[(size_t)(t0 + i) * a->nv + h];
+            memcpy(Kc + (size_t)i * dk, dk_(a, t0 + i, kh), (size_t)dk * sizeof(float));
+            memcpy(Qr + (size_t)i * dk, dq(a, t0 + i, kh), (size_t)dk * sizeof(float));
+        }
+        /* A = K K^T; solve (I + A') U = beta v and (I + A') W = beta k exp(cum) by forward
+         * substitution, A'[i][j] = beta_i A[i][j] exp(cum_i - cum_j) for j < i */
+        matmul(NULL, A, Kc, Kc, GB_TYPE_F32, L, dk, L);
+        for (int i = 0; i < L; i++) {
+            const float bi = a->beta[(size_t)(t0 + i) * a->nv + h], ei = expf(cum[i]);
+            const float *vi = dv_(a, t0 + i, h), *ki = Kc + (size_t)i * dk;
+            float *Ui = U + (size_t)i * dv, *Wi = W + (size_t)i * dk, *qc = Qc + (size_t)i * dk;
+            const float *qr = Qr + (size_t)i * dk;
             for (int j = 0; j < dv; j++) Ui[j] = vi[j] * bi;
-            for (int j = 0; j < dk; j++) Wi[j] = ki[j] * bi * ei;
+            for (int j = 0; j < dk; j++) {
+                Wi[j] = ki[j] * bi * ei;
+                qc[j] = qr[j] * ei;
+            }
             for (int j = 0; j < i; j++) {
-                float aij = bi * dot_f32(ki, dk_(a, t0 + j, kh), dk) * expf(cum[i] - cum[j]);
-                A[(size_t)i * DELTA_CHUNK + j] = aij;
+                const float aij = bi * A[(size_t)i * L + j] * expf(cum[i] - cum[j]);
                 axpy_f32(Ui, -aij, U + (size_t)j * dv, dv);
                 axpy_f32(Wi, -aij, W + (size_t)j * dk, dk);
             }
         }
-        /* v_new_i = U_i - W_i S (into U) */
-        for (int i = 0; i < L; i++) {
-            float *Ui = U + (size_t)i * dv;
-            const float *Wi = W + (size_t)i * dk;
-            for (int r = 0; r < dk; r++) axpy_f32(Ui, -Wi[r], S + (size_t)r * dv, dv);
-        }
-        /* out_i = exp(cum_i) q_i S + sum_{j<=i} (q_i . k_j) exp(cum_i - cum_j) v_new_j */
-        for (int i = 0; i < L; i++) {
-            const float *qi = dq(a, t0 + i, kh);
-            float *out = a->out + ((size_t)(t0 + i) * a->nv + h) * dv;
-            const float ei = expf(cum[i]);
-            memset(out, 0, (size_t)dv * sizeof *out);
-            for (int r = 0; r < dk; r++) axpy_f32(out, qi[r] * ei, S + (size_t)r * dv, dv);
-            for (int j = 0; j <= i; j++) {
-                float s = dot_f32(qi, dk_(a, t0 + j, kh), dk) * expf(cum[i] - cum[j]);
-                axpy_f32(out, s, U + (size_t)j * dv, dv);
+        /* new values U -= W S; O = Qc S */
+        matmul(NULL, T1, W, St, GB_TYPE_F32, L, dk, dv);
+        for (size_t i = 0; i < (size_t)L * dv; i++) U[i] -= T1[i];
+        matmul(NULL, O, Qc, St, GB_TYPE_F32, L, dk, dv);
+        /* O += P U with P[i][j] = q_i.k_j exp(cum_i - cum_j), j <= i */
+        matmul(NULL, A, Qr, Kc, GB_TYPE_F32, L, dk, L);
+        for (int i = 0; i < L; i++)
+            for (int j = 0; j < L; j++) {
+                float *p = A + (size_t)i * L + j;
+                *p = j <= i ? *p * expf(cum[i] - cum[j]) : 0.0f;
             }
+        transpose(Ut, U, L, dv);
+        matmul(NULL, T2, A, Ut, GB_TYPE_F32, L, L, dv);
+        for (int i = 0; i < L; i++) {
+            float *out = a->out + ((size_t)(t0 + i) * a->nv + h) * dv;
+            const float *o = O + (size_t)i * dv, *p = T2 + (size_t)i * dv;
+            for (int j = 0; j < dv; j++) out[j] = o[j] + p[j];
         }
-        /* S = exp(cum_last) S + sum_j (k_j exp(cum_last - cum_j)) v_new_j^T */
+        /* St = exp(cum_last) St + U^T Kd, Kd_i = k_i exp(cum_last - cum_i) */
         const float last = cum[L - 1], el = expf(last);
-        for (int r = 0; r < dk; r++) {
-            float *row = S + (size_t)r * dv;
-            for (int j = 0; j < dv; j++) row[j] *= el;
+        for (int i = 0; i < L; i++) {
+            const float e = expf(last - cum[i]);
+            for (int r = 0; r < dk; r++) KdT[(size_t)r * L + i] = Kc[(size_t)i * dk + r] * e;
         }
-        for (int j = 0; j < L; j++) {
-            const float *kj = dk_(a, t0 + j, kh);
-            const float e = expf(last - cum[j]);
-            for (int r = 0; r < dk; r++) axpy_f32(S + (size_t)r * dv, kj[r] * e, U + (size_t)j * dv, dv);
-        }
+        matmul(NULL, D, Ut, KdT, GB_TYPE_F32, dv, L, dk);
+        for (size_t i = 0; i < (size_t)dv * dk; i++) St[i] = St[i] * el + D[i];
     }
 }
 
@@ -258,9 +272,9 @@ static void delta_worker(void *p, int ith, int nth) {
     long lo, hi;
     tp_range(a->nv, ith, nth, &lo, &hi);
     for (long h = lo; h < hi; h++) {
-        float *S = a->state + (size_t)h * a->dk * a->dv;
-        if (a->chunked) delta_head_chunked(a, (int)h, S, scratch);
-        else delta_head_recurrent(a, (int)h, S, scratch);
+        float *St = a->state + (size_t)h * a->dk * a->dv;
+        if (a->chunked) delta_head_chunked(a, (int)h, St, scratch);
+        else delta_head_recurrent(a, (int)h, St);
     }
 }
 
