@@ -1,5 +1,6 @@
 /* Hyperparameters of a Llama-family model, read from config.json (and
- * generation_config.json). Architecture deltas are fields, not code paths. */
+ * generation_config.json). Architecture deltas are fields, not code paths; Gemma 3
+ * is the family plus the fields marked "Gemma 3" below. */
 #ifndef GB_MODEL_CONFIG_H
 #define GB_MODEL_CONFIG_H
 
@@ -11,10 +12,14 @@ enum model_arch {
     ARCH_MISTRAL,   /* MistralForCausalLM */
     ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v bias */
     ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head q/k RMSNorm */
+    ARCH_GEMMA3,    /* Gemma3ForCausalLM, and the text tower of Gemma3ForConditionalGeneration */
     ARCH_COUNT,
 };
 
 enum rope_type { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN };
+
+/* The feed-forward activation applied to gate before the product with up. */
+enum ffn_act { ACT_SILU = 0, ACT_GELU_TANH /* gelu_pytorch_tanh */ };
 
 struct rope_config {
     enum rope_type type;
@@ -68,6 +73,16 @@ struct model_config {
     int sliding_window;        /* 0: none */
     uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
     struct rope_config rope;
+    int has_rope_local;        /* Gemma 3: sliding layers rotate with rope_local (own base, no scaling) */
+    struct rope_config rope_local;
+    enum ffn_act act;
+    int norm_add_one;          /* Gemma 3 HF/MLX checkpoints: norms scale by (1 + w); added once at load
+                                  (GGUF files store 1 + w already) */
+    int post_norms;            /* Gemma 3: RMSNorm on the attention output and on the ffn output before each
+                                  residual add; the ffn input norm is pre_feedforward_layernorm */
+    int embd_scale;            /* Gemma 3: embeddings multiplied by sqrt(n_embd) (rounding: see llama.c) */
+    float attn_scale;          /* q.k multiplier; 0: 1/sqrt(head_dim) */
+    float final_softcap;       /* logits = cap * tanh(logits / cap); 0: none */
     char dtype[16];            /* torch_dtype / dtype as declared */
     struct mlx_quant mlx;
     int rope_interleaved;      /* rotate pairs (2i, 2i+1): GGUF "llama" checkpoints, whose

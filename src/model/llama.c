@@ -1,6 +1,9 @@
-/* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm).
+/* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm),
+ * Gemma 3 (q/k norm, (1 + w) norms, norms after attention and ffn, scaled embeddings,
+ * GELU-tanh, a RoPE of their own for sliding layers, logit soft-capping).
  * One forward; the differences are config fields. */
 #include "model/model.h"
+#include "base/fp16.h"
 #include "base/status.h"
 #include "model/rope.h"
 
@@ -52,34 +55,83 @@ static gerbil_status get_vector(struct binder *b, const char *name, int64_t n, c
     return GERBIL_OK;
 }
 
+/* A norm weight: Gemma 3 checkpoints store w for a norm that scales by (1 + w). torch adds
+ * 1.0 to the f32 weight on every call; adding it once here gives the same f32 numbers. */
+static gerbil_status get_norm(struct binder *b, const char *name, int64_t n, const float **out) {
+    GB_TRY(get_vector(b, name, n, out));
+    if (b->m->cfg.norm_add_one) {
+        float *w = (float *)*out;
+        for (int64_t i = 0; i < n; i++) w[i] = 1.0f + w[i];
+    }
+    return GERBIL_OK;
+}
+
+/* Where the text model's tensors are: "model." (causal LM checkpoints, GGUF as translated),
+ * or the language model inside a Gemma3ForConditionalGeneration checkpoint, whose other
+ * (vision) tensors are never asked for. */
+static void find_prefix(const struct weight_source *src, const char **prefix, const char **lm_head) {
+    static const struct { const char *prefix, *lm_head; } where[] = {
+        {"model.", "lm_head.weight"},
+        {"language_model.model.", "language_model.lm_head.weight"}, /* checkpoint layout (transformers saves) */
+        {"model.language_model.", "lm_head.weight"},                /* transformers 5 module layout */
+    };
+    *prefix = where[0].prefix;
+    *lm_head = where[0].lm_head;
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%sembed_tokens.weight", where[i].prefix);
+        if (wsrc_find(src, name)) {
+            *prefix = where[i].prefix;
+            *lm_head = where[i].lm_head;
+            return;
+        }
+    }
+}
+
+/* transformers multiplies the embeddings by hidden_size ** 0.5 cast to the embedding
+ * weight's dtype (bf16: sqrt(3072) = 55.4256 becomes 55.5); llama.cpp by sqrtf(n_embd). */
+static float embedding_scale(const struct gerbil_model *m) {
+    float s = (float)sqrt((double)m->cfg.n_embd);
+    if (m->src.is_gguf) return sqrtf((float)m->cfg.n_embd);
+    enum gb_type t = m->tok_embd.kind == GB_WEIGHT_MLX ? m->tok_embd.sb_type : m->tok_embd.type;
+    if (t == GB_TYPE_BF16) return bf16_to_f32(f32_to_bf16(s));
+    if (t == GB_TYPE_F16) return f16_to_f32(f32_to_f16(s));
+    return s;
+}
+
 gerbil_status llama_bind_weights(struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
     /* Upper bound of f32 vector elements: norms, biases, q/k norms. */
-    size_t per_layer = (size_t)(2 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D);
+    size_t per_layer = (size_t)(4 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D);
     size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
     m->f32_store = malloc(total * sizeof(float));
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
     struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total};
 
-    GB_TRY(get_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
-    GB_TRY(get_vector(&b, "model.norm.weight", D, &m->out_norm));
+    const char *prefix, *lm_head;
+    find_prefix(&m->src, &prefix, &lm_head);
+    char name[256];
+#define TOP(s) (snprintf(name, sizeof name, "%s" s, prefix), name)
+    GB_TRY(get_matrix(&b, TOP("embed_tokens.weight"), c->n_vocab, D, &m->tok_embd));
+    GB_TRY(get_norm(&b, TOP("norm.weight"), D, &m->out_norm));
+#undef TOP
     if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
-        if (!wsrc_find(&m->src, "lm_head.weight"))
-            return err_set(GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\" "
-                           "(config.json says tie_word_embeddings is false)");
-        GB_TRY(get_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
+        if (!wsrc_find(&m->src, lm_head))
+            return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\" "
+                           "(config.json says tie_word_embeddings is false)", lm_head);
+        GB_TRY(get_matrix(&b, lm_head, c->n_vocab, D, &m->lm_head));
     }
+    m->embd_scale = c->embd_scale ? embedding_scale(m) : 0.0f;
 
-    char name[256];
-#define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
+#define NAME(fmt) (snprintf(name, sizeof name, "%slayers.%d." fmt, prefix, l), name)
     for (int l = 0; l < c->n_layer; l++) {
         struct layer_weights *w = &m->layers[l];
-        GB_TRY(get_vector(&b, NAME("input_layernorm.weight"), D, &w->attn_norm));
+        GB_TRY(get_norm(&b, NAME("input_layernorm.weight"), D, &w->attn_norm));
         GB_TRY(get_matrix(&b, NAME("self_attn.q_proj.weight"), Q, D, &w->wq));
         GB_TRY(get_matrix(&b, NAME("self_attn.k_proj.weight"), KV, D, &w->wk));
         GB_TRY(get_matrix(&b, NAME("self_attn.v_proj.weight"), KV, D, &w->wv));
@@ -91,10 +143,16 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
         }
         if (c->attn_o_bias) GB_TRY(get_vector(&b, NAME("self_attn.o_proj.bias"), D, &w->bo));
         if (c->qk_norm) {
-            GB_TRY(get_vector(&b, NAME("self_attn.q_norm.weight"), c->head_dim, &w->q_norm));
-            GB_TRY(get_vector(&b, NAME("self_attn.k_norm.weight"), c->head_dim, &w->k_norm));
+            GB_TRY(get_norm(&b, NAME("self_attn.q_norm.weight"), c->head_dim, &w->q_norm));
+            GB_TRY(get_norm(&b, NAME("self_attn.k_norm.weight"), c->head_dim, &w->k_norm));
         }
-        GB_TRY(get_vector(&b, NAME("post_attention_layernorm.weight"), D, &w->ffn_norm));
+        if (c->post_norms) {
+            GB_TRY(get_norm(&b, NAME("post_attention_layernorm.weight"), D, &w->attn_post_norm));
+            GB_TRY(get_norm(&b, NAME("pre_feedforward_layernorm.weight"), D, &w->ffn_norm));
+            GB_TRY(get_norm(&b, NAME("post_feedforward_layernorm.weight"), D, &w->ffn_post_norm));
+        } else {
+            GB_TRY(get_norm(&b, NAME("post_attention_layernorm.weight"), D, &w->ffn_norm));
+        }
         GB_TRY(get_matrix(&b, NAME("mlp.gate_proj.weight"), F, D, &w->w_gate));
         GB_TRY(get_matrix(&b, NAME("mlp.up_proj.weight"), F, D, &w->w_up));
         GB_TRY(get_matrix(&b, NAME("mlp.down_proj.weight"), D, F, &w->w_down));
@@ -120,13 +178,16 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     GB_ASSERT(n >= 1 && n <= s->n_batch && pos0 + n <= s->n_ctx);
 
     for (int t = 0; t < n; t++) s->pos[t] = pos0 + t;
-    float rope_scale;
+    float rope_scale, rope_scale_local = 1.0f;
     rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale);
+    if (c->has_rope_local) rope_freqs(&c->rope_local, pos0 + n, s->inv_freq_local, &rope_scale_local);
 
     float *x = s->x, *xn = s->xn;
     void (*rope)(float *, const int32_t *, const float *, float, int, int, int, int) =
         c->rope_interleaved ? op_rope_interleaved : op_rope;
     op_get_rows(be, x, &m->tok_embd, ids, n);                       /* x = embed(ids) */
+    if (m->embd_scale != 0.0f) op_scale(be, x, m->embd_scale, (long)n * D); /* Gemma: x *= sqrt(D) */
+    const float attn_scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd);
 
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
@@ -139,8 +200,12 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
             op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
             op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
         }
-        rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
-        rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
+        const int local = c->has_rope_local && c->layer_sliding[l];  /* Gemma: sliding layers' RoPE */
+        const struct rope_config *rc = local ? &c->rope_local : &c->rope;
+        const float *inv_freq = local ? s->inv_freq_local : s->inv_freq;
+        const float rs = local ? rope_scale_local : rope_scale;
+        rope(s->q, s->pos, inv_freq, rs, n, c->n_head, hd, rc->n_dims);
+        rope(s->k, s->pos, inv_freq, rs, n, c->n_head_kv, hd, rc->n_dims);
         op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);   /* cache k, v */
         op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
         struct attn_args aa = {
@@ -148,18 +213,23 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
             .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
             .n_head_kv = c->n_head_kv, .head_dim = hd,
             .window = c->layer_sliding[l] ? c->sliding_window : 0,
-            .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
+            .scale = attn_scale, .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
         };
         op_attention(be, &aa);                                       /* att = softmax(q k^T) v */
         op_matmul(be, xn, s->att, &w->wo, w->bo, n);                  /* xn = att Wo^T */
+        if (w->attn_post_norm)                                       /* Gemma: xn = norm(xn) */
+            op_rmsnorm(be, xn, xn, w->attn_post_norm, c->norm_eps, n, D);
         op_add(be, x, xn, (long)n * D);                                  /* x += attention */
 
-        /* feed-forward block (SwiGLU) */
+        /* feed-forward block (gated: SwiGLU, or GELU-tanh for Gemma) */
         op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);           /* xn = norm(x) */
         op_matmul(be, s->gate, xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
         op_matmul(be, s->up, xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
-        op_silu_mul(be, s->gate, s->gate, s->up, (long)n * F);           /* gate = silu(gate) * up */
+        if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, s->gate, s->gate, s->up, (long)n * F);
+        else op_silu_mul(be, s->gate, s->gate, s->up, (long)n * F);      /* gate = act(gate) * up */
         op_matmul(be, xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+        if (w->ffn_post_norm)                                        /* Gemma: xn = norm(xn) */
+            op_rmsnorm(be, xn, xn, w->ffn_post_norm, c->norm_eps, n, D);
         op_add(be, x, xn, (long)n * D);                                  /* x += ffn */
     }
 
@@ -169,5 +239,7 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     const int n_rows = all ? n : 1;
     op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);       /* final norm */
     op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);             /* logits = xn E^T */
+    if (c->final_softcap > 0.0f)                                     /* cap tanh(logits / cap) */
+        op_softcap(be, logits, c->final_softcap, (long)n_rows * c->n_vocab);
     return GERBIL_OK;
 }

@@ -21,7 +21,22 @@ static const struct { const char *hf, *gguf; } layer_names[] = {
     {"mlp.down_proj", "ffn_down"},
 };
 
-static int gguf_name(const char *hf, char *out, size_t cap) {
+/* Gemma 2/3 keep a norm after attention, so the ffn norm is the one before the feed-forward. */
+static const struct { const char *hf, *gguf; } gemma_layer_names[] = {
+    {"post_attention_layernorm", "post_attention_norm"},
+    {"pre_feedforward_layernorm", "ffn_norm"},
+    {"post_feedforward_layernorm", "post_ffw_norm"},
+};
+
+static int layer_name(const char *rest, const char *hf, const char *gguf, int layer, char *out, size_t cap,
+                      int *done) {
+    size_t len = strlen(hf);
+    if (strncmp(rest, hf, len) || rest[len] != '.') return 0;
+    *done = 1;
+    return snprintf(out, cap, "blk.%d.%s%s", layer, gguf, rest + len) < (int)cap ? 0 : -1;
+}
+
+static int gguf_name(const struct weight_source *s, const char *hf, char *out, size_t cap) {
     static const struct { const char *hf, *gguf; } top[] = {
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
@@ -32,10 +47,14 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
     int layer, n = 0;
     if (sscanf(hf, "model.layers.%d.%n", &layer, &n) != 1 || n == 0) return -1;
     const char *rest = hf + n;
+    int done = 0, rc;
+    for (size_t i = 0; s->gemma_names && i < sizeof gemma_layer_names / sizeof gemma_layer_names[0]; i++) {
+        rc = layer_name(rest, gemma_layer_names[i].hf, gemma_layer_names[i].gguf, layer, out, cap, &done);
+        if (done) return rc;
+    }
     for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
-        size_t len = strlen(layer_names[i].hf);
-        if (!strncmp(rest, layer_names[i].hf, len) && rest[len] == '.')
-            return snprintf(out, cap, "blk.%d.%s%s", layer, layer_names[i].gguf, rest + len) < (int)cap ? 0 : -1;
+        rc = layer_name(rest, layer_names[i].hf, layer_names[i].gguf, layer, out, cap, &done);
+        if (done) return rc;
     }
     return -1;
 }
@@ -43,12 +62,12 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
 const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name) {
     if (!s->is_gguf) return st_checkpoint_find(&s->ck, hf_name);
     char name[256];
-    if (gguf_name(hf_name, name, sizeof name)) return NULL;
+    if (gguf_name(s, hf_name, name, sizeof name)) return NULL;
     return gguf_find_tensor(&s->gg, name);
 }
 
 const char *wsrc_file_name(const struct weight_source *s, const char *hf_name, char *buf, size_t cap) {
-    if (!s->is_gguf || gguf_name(hf_name, buf, cap)) return hf_name;
+    if (!s->is_gguf || gguf_name(s, hf_name, buf, cap)) return hf_name;
     return buf;
 }
 

@@ -14,6 +14,7 @@ struct weight_source {
     struct st_checkpoint ck;
     struct gguf_file gg;
     const struct mlx_quant *mlx;  /* from config.json; bits 0 when not MLX */
+    int gemma_names;              /* GGUF: llama.cpp's Gemma names for the four norms of a layer */
 };
 
 /* NULL when absent. */
