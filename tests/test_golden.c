@@ -13,7 +13,8 @@
 static const char *fixtures[] = {
     "llama-f32", "llama-bf16", "mistral-f32", "mistral-bf16", "qwen2-f32", "qwen2-bf16",
     "qwen3-f32", "qwen3-bf16", "llama-rope-linear", "llama-rope-dynamic", "llama-rope-llama3",
-    "llama-rope-yarn",
+    "llama-rope-yarn", "gemma3-f32", "gemma3-bf16", "gemma3-softcap-f32", "gemma3-oldcfg-f32",
+    "gemma3-mm-f32", "gemma3-mm-renamed-f32",
 };
 
 struct expected {
