@@ -20,7 +20,14 @@
  *     Q6_K -> Q8_0 (as llama-quantize), then F16 when still not a multiple of 32.
  *     Each fallback is reported on stderr.
  * The k-quant quantizers are gerbil's reference ones (tensor/quant_ref.h), not
- * bit-identical to llama.cpp's. */
+ * bit-identical to llama.cpp's.
+ *
+ * Gemma 3 (Gemma3ForCausalLM) is written as llama.cpp's "gemma3": norms stored as 1 + w
+ * (added in f32, where llama.cpp's converter adds in the checkpoint dtype), the Gemma
+ * names of the four layer norms, rope.freq_base for the global layers and
+ * rope.freq_base_swa for the sliding ones, attention.sliding_window(_pattern). The file has
+ * no key for the attention scale (llama.cpp uses 1/sqrt(head_dim)), so a model whose
+ * query_pre_attn_scalar says otherwise is refused. */
 #include "cli.h"
 
 #include "base/fp16.h"
@@ -32,6 +39,7 @@
 #include "tensor/quant_ref.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,7 +66,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3) into OUT.\n\n"
+            "Qwen2, Qwen3, Gemma 3 text) into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -76,6 +84,16 @@ static const struct { const char *hf, *gguf; } layer_names[] = {
     {"self_attn.k_norm", "attn_k_norm"},    {"post_attention_layernorm", "ffn_norm"},
     {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
     {"mlp.down_proj", "ffn_down"},
+};
+/* llama.cpp's gemma3 names: the norm after attention is its own, the ffn norm comes before the ffn */
+static const struct { const char *hf, *gguf; } gemma_layer_names[] = {
+    {"input_layernorm", "attn_norm"},       {"self_attn.q_proj", "attn_q"},
+    {"self_attn.k_proj", "attn_k"},         {"self_attn.v_proj", "attn_v"},
+    {"self_attn.q_norm", "attn_q_norm"},    {"self_attn.k_norm", "attn_k_norm"},
+    {"self_attn.o_proj", "attn_output"},    {"post_attention_layernorm", "post_attention_norm"},
+    {"pre_feedforward_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},
+    {"mlp.up_proj", "ffn_up"},              {"mlp.down_proj", "ffn_down"},
+    {"post_feedforward_layernorm", "post_ffw_norm"},
 };
 
 struct qctx {
@@ -141,12 +159,12 @@ static enum gb_type matrix_type(const struct qctx *q, const char *gname, int lay
 /* Convert src ([n_out, n_in] or 1-D) to type t, permuting rows in llama's q/k order
  * when perm_heads > 0. Returns the buffer (or the source data when nothing changes). */
 static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum gb_type t, int perm_heads,
-                             const void **data, size_t *nbytes) {
+                             int add_one, const void **data, size_t *nbytes) {
     int64_t n_out = src->n_dims == 2 ? src->ne[0] : 1;
     int64_t n_in = src->n_dims == 2 ? src->ne[1] : src->ne[0];
     size_t row_out = type_row_size(t, n_in), row_in = type_row_size(src->type, n_in);
     *nbytes = row_out * (size_t)n_out;
-    if (t == src->type && !perm_heads) { *data = src->data; return GERBIL_OK; }
+    if (t == src->type && !perm_heads && !add_one) { *data = src->data; return GERBIL_OK; }
     uint8_t *out = qalloc(q, *nbytes);
     float *row = malloc((size_t)n_in * sizeof *row);
     if (!out || !row) { free(row); return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name); }
@@ -160,8 +178,9 @@ static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum g
         }
         const uint8_t *in = (const uint8_t *)src->data + (size_t)s * row_in;
         uint8_t *o = out + (size_t)r * row_out;
-        if (t == src->type) { memcpy(o, in, row_in); continue; }
+        if (t == src->type && !add_one) { memcpy(o, in, row_in); continue; }
         type_to_f32(src->type, in, row, n_in);
+        for (int64_t i = 0; add_one && i < n_in; i++) row[i] = 1.0f + row[i];
         switch (t) {
         case GB_TYPE_F32: memcpy(o, row, (size_t)n_in * 4); break;
         case GB_TYPE_F16:
@@ -209,7 +228,10 @@ static gerbil_status gguf_tensor(struct qctx *q, struct gguf_writer *w, const st
     }
     const void *data = NULL;
     size_t nbytes = 0;
-    GB_TRY(convert(q, t, to, perm_heads, &data, &nbytes));
+    /* Gemma3RMSNorm scales by 1 + w; llama.cpp's gemma3 expects the sum stored */
+    size_t len = strlen(gname);
+    int add_one = q->cfg.arch == ARCH_GEMMA3 && len > 12 && !strcmp(gname + len - 12, "_norm.weight");
+    GB_TRY(convert(q, t, to, perm_heads, add_one, &data, &nbytes));
     q->bytes_out += nbytes;
     return gguf_writer_add_tensor(w, gname, to, t->n_dims, t->ne, data, nbytes);
 }
@@ -413,8 +435,49 @@ static const char *gguf_arch(enum model_arch a) {
     switch (a) {
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
+    case ARCH_GEMMA3: return "gemma3";
     default: return "llama";
     }
+}
+
+/* The period p of llama.cpp's rule "layer i slides when i % p < p - 1" that gives the
+ * model's sliding layers; 0 when none does. */
+static uint32_t swa_period(const struct model_config *c) {
+    for (int p = 1; p <= c->n_layer + 1; p++) {
+        int ok = 1;
+        for (int i = 0; ok && i < c->n_layer; i++) ok = c->layer_sliding[i] == (i % p < p - 1);
+        if (ok) return (uint32_t)p;
+    }
+    return 0;
+}
+
+/* Gemma 3's keys beyond the common ones (see the top of the file). */
+static gerbil_status gemma3_keys(struct qctx *q, struct gguf_writer *w, const char *arch) {
+    const struct model_config *c = &q->cfg;
+    char key[128];
+    float llama_scale = c->n_layer == 62 ? 1.0f / sqrtf((float)(c->n_embd / c->n_head)) : 1.0f / sqrtf((float)c->head_dim);
+    if (fabsf(c->attn_scale - llama_scale) > 1e-6f * llama_scale)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: query_pre_attn_scalar gives the attention scale %g, but a GGUF "
+                       "gemma3 file is run with %g (1/sqrt(head_dim)) and has no key for it", q->in,
+                       (double)c->attn_scale, (double)llama_scale);
+    if (c->rope_local.type != ROPE_DEFAULT || c->rope_local.n_dims != c->rope.n_dims)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: the sliding layers' RoPE has scaling or a partial rotary "
+                       "factor; GGUF gemma3 has only rope.freq_base_swa", q->in);
+    snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+    GB_TRY(gguf_writer_add_f32(w, key, (float)c->rope_local.theta));
+    if (c->sliding_window) {
+        uint32_t p = swa_period(c);
+        if (!p)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: the sliding layers do not follow llama.cpp's periodic "
+                           "pattern (layer i slides when i %% p < p - 1)", q->in);
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        GB_TRY(gguf_writer_add_u32(w, key, p));
+    }
+    if (c->final_softcap > 0) {
+        snprintf(key, sizeof key, "%s.final_logit_softcapping", arch);
+        GB_TRY(gguf_writer_add_f32(w, key, c->final_softcap));
+    }
+    return GERBIL_OK;
 }
 
 static gerbil_status write_gguf(struct qctx *q) {
@@ -459,6 +522,7 @@ static gerbil_status write_gguf(struct qctx *q) {
         goto out;
     if (c->sliding_window && (st = gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
         goto out;
+    if (c->arch == ARCH_GEMMA3 && (st = gemma3_keys(q, w, arch))) goto out;
 #undef KEY
     if ((st = gguf_tokenizer(q, w))) goto out;
 
@@ -472,16 +536,20 @@ static gerbil_status write_gguf(struct qctx *q) {
     }
     if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, 0, ++idx, total))) goto out;
     int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL;
+    const int n_names = c->arch == ARCH_GEMMA3 ? (int)(sizeof gemma_layer_names / sizeof gemma_layer_names[0])
+                                                : (int)(sizeof layer_names / sizeof layer_names[0]);
     for (int l = 0; l < c->n_layer; l++)
-        for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
+        for (int i = 0; i < n_names; i++)
             for (int b = 0; b < 2; b++) {
                 const char *sfx = b ? "bias" : "weight";
-                snprintf(hname, sizeof hname, "model.layers.%d.%s.%s", l, layer_names[i].hf, sfx);
+                const char *hn = c->arch == ARCH_GEMMA3 ? gemma_layer_names[i].hf : layer_names[i].hf;
+                const char *gn = c->arch == ARCH_GEMMA3 ? gemma_layer_names[i].gguf : layer_names[i].gguf;
+                snprintf(hname, sizeof hname, "model.layers.%d.%s.%s", l, hn, sfx);
                 if (!(t = find_mark(q, hname))) continue;
-                snprintf(gname, sizeof gname, "blk.%d.%s.%s", l, layer_names[i].gguf, sfx);
+                snprintf(gname, sizeof gname, "blk.%d.%s.%s", l, gn, sfx);
                 int heads = 0;
-                if (perm && !strcmp(layer_names[i].gguf, "attn_q")) heads = c->n_head;
-                if (perm && !strcmp(layer_names[i].gguf, "attn_k")) heads = c->n_head_kv;
+                if (perm && !strcmp(gn, "attn_q")) heads = c->n_head;
+                if (perm && !strcmp(gn, "attn_k")) heads = c->n_head_kv;
                 if ((st = gguf_tensor(q, w, t, gname, l, heads, ++idx, total))) goto out;
             }
     if ((t = find_mark(q, "model.norm.weight")) && (st = gguf_tensor(q, w, t, "output_norm.weight", -1, 0, ++idx, total)))
