@@ -55,6 +55,32 @@ static void to_longrope(cJSON *cfg) {
     cJSON_ReplaceItemInObject(rp, "rope_type", cJSON_CreateString("longrope"));
 }
 
+/* Gemma 3 configs that must be refused, each with a message naming the field. */
+static void g_act(cJSON *c) { cJSON_ReplaceItemInObject(c, "hidden_activation", cJSON_CreateString("relu")); }
+static void g_cap(cJSON *c) { cJSON_ReplaceItemInObject(c, "final_logit_softcapping", cJSON_CreateNumber(-1)); }
+static void g_bidir(cJSON *c) { cJSON_ReplaceItemInObject(c, "use_bidirectional_attention", cJSON_CreateTrue()); }
+static void g_rope(cJSON *c) {
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(c, "rope_parameters"), "sliding_attention");
+}
+static void g_untied(cJSON *c) { cJSON_ReplaceItemInObject(c, "tie_word_embeddings", cJSON_CreateFalse()); }
+static void g_ffn(cJSON *c) { cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber(96)); }
+static void g_mm(cJSON *c) {
+    cJSON_ReplaceItemInObject(c, "architectures", cJSON_Parse("[\"Gemma3ForConditionalGeneration\"]"));
+}
+
+static void check_refused(const char *fixture, const char *variant, void (*edit)(cJSON *), gerbil_status want,
+                          const char *what) {
+    CHECK(make_variant(fixture, variant, edit) == 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, variant);
+    gerbil_model_t m = NULL;
+    gerbil_status st = gerbil_model_load(dir, NULL, &m);
+    CHECKF(st == want, "%s: status %d, want %d (%s)", variant, (int)st, (int)want, gerbil_last_error());
+    CHECKF(strstr(gerbil_last_error(), what) != NULL, "%s: message lacks \"%s\": %s", variant, what,
+           gerbil_last_error());
+    gerbil_model_free(m);
+}
+
 static void check_logits(const char *fixture, const char *variant) {
     char dir[512], path[512];
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, variant);
@@ -97,6 +123,13 @@ int main(void) {
     gerbil_model_t m;
     CHECK(gerbil_model_load(dir, NULL, &m) == GERBIL_ERR_UNSUPPORTED);
     CHECKF(strstr(gerbil_last_error(), "\"longrope\"") != NULL, "message: %s", gerbil_last_error());
+    check_refused("gemma3-f32", "g-act", g_act, GERBIL_ERR_UNSUPPORTED, "hidden_activation \"relu\"");
+    check_refused("gemma3-f32", "g-cap", g_cap, GERBIL_ERR_FORMAT, "final_logit_softcapping");
+    check_refused("gemma3-f32", "g-bidir", g_bidir, GERBIL_ERR_UNSUPPORTED, "use_bidirectional_attention");
+    check_refused("gemma3-f32", "g-rope", g_rope, GERBIL_ERR_FORMAT, "sliding_attention");
+    check_refused("gemma3-f32", "g-untied", g_untied, GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\"");
+    check_refused("gemma3-f32", "g-ffn", g_ffn, GERBIL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight");
+    check_refused("gemma3-f32", "g-mm", g_mm, GERBIL_ERR_FORMAT, "text_config");
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);

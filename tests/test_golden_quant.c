@@ -26,6 +26,7 @@ static const char *fixtures[] = {
     "qwen3-gguf-q4_1", "qwen3-gguf-q5_0", "qwen3-gguf-q5_1", "qwen3-gguf-q2_k", "qwen3-gguf-q3_k",
     "qwen3-gguf-q4_k", "qwen3-gguf-q5_k", "qwen3-gguf-q6_k", "qwen3-gguf-q4_k_m",
     "llama-gguf-q8_0", "llama-gguf-q4_k", "qwen2-gguf-q8_0",
+    "gemma3-mlx4", "gemma3-gguf-q8_0", "gemma3-gguf-q4_k",
 };
 
 static int argmax(const float *v, int n) {

@@ -15,7 +15,9 @@ struct layer_weights {
     struct gb_weight wo;       /* (n_embd, n_head * head_dim) */
     const float *bq, *bk, *bv, *bo;   /* biases or NULL */
     const float *q_norm, *k_norm;     /* (head_dim) Qwen3, else NULL */
-    const float *ffn_norm;            /* (n_embd) */
+    const float *attn_post_norm;      /* (n_embd) Gemma 3: on the attention output, else NULL */
+    const float *ffn_norm;            /* (n_embd) before the ffn (Gemma 3: pre_feedforward_layernorm) */
+    const float *ffn_post_norm;       /* (n_embd) Gemma 3: on the ffn output, else NULL */
     struct gb_weight w_gate;   /* (n_ff, n_embd) */
     struct gb_weight w_up;     /* (n_ff, n_embd) */
     struct gb_weight w_down;   /* (n_embd, n_ff) */
@@ -40,6 +42,7 @@ struct gerbil_model {
     struct gb_weight tok_embd;        /* (n_vocab, n_embd) */
     const float *out_norm;            /* (n_embd) */
     struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
+    float embd_scale;                 /* embeddings multiplied by this (Gemma 3); 0: not scaled */
     struct layer_weights *layers;     /* [n_layer] */
     float *f32_store;                 /* norms and biases converted to f32, one block */
     size_t weight_bytes;
@@ -67,6 +70,7 @@ struct gerbil_session {
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
     float *inv_freq;                  /* (rope n_dims / 2) */
+    float *inv_freq_local;            /* (rope_local n_dims / 2) when the model has a sliding-layer RoPE */
     int32_t *pos;                     /* (n_batch) */
 };
 
