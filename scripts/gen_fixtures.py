@@ -133,7 +133,28 @@ def specs():
          "rope_theta": 10000.0},
         dict(tie_word_embeddings=False, max_position_embeddings=256), layers=2, base_seed=800,
         desc="Llama 2 layers, YaRN factor 4, original_max_position_embeddings 64")
+    # Gemma 3 (gemma3_text): 4 layers sliding/sliding/full/sliding, window 6 < the 20-token prompt,
+    # query_pre_attn_scalar 24 != head_dim, local RoPE base 1e4 and global 1e6 with linear factor 8
+    # (global layers only), (1 + w) norms, GELU-tanh, embeddings scaled by sqrt(hidden), tied.
+    gemma_kw = dict(tie_word_embeddings=True, sliding_window=6, query_pre_attn_scalar=24,
+                    hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"])
+    add("gemma3-f32", "gemma3_text", GEMMA_ROPE, gemma_kw, layers=4, base_seed=900, pair="bfloat16",
+        desc="Gemma 3 text, 4 layers S/S/F/S, sliding_window 6, local/global RoPE 1e4/1e6 (global linear x8), "
+             "query_pre_attn_scalar 24, tied")
+    add("gemma3-bf16", "gemma3_text", GEMMA_ROPE, gemma_kw, dtype="bfloat16", layers=4, base_seed=900,
+        desc="gemma3-f32 model cast to bf16")
+    # final_logit_softcapping is applied by transformers; attn_logit_softcapping is in the config but
+    # Gemma3Attention never passes it to the attention function, so it has no effect (checked below).
+    add("gemma3-softcap-f32", "gemma3_text", GEMMA_ROPE,
+        dict(gemma_kw, final_logit_softcapping=5.0, attn_logit_softcapping=2.0,
+             layer_types=["sliding_attention", "full_attention"]), layers=2, base_seed=950,
+        desc="Gemma 3 text, 2 layers S/F, final_logit_softcapping 5, attn_logit_softcapping 2 (ignored by transformers)")
     return S
+
+
+GEMMA_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
 
 
 # --------------------------------------------------------------------------------------
@@ -151,7 +172,32 @@ def rope_dict_of(cfg):
     return out
 
 
+def make_gemma3_config(kw, rope):
+    """Gemma3TextConfig with per-layer-type RoPE (transformers 5 rope_parameters), or the older
+    rope_theta / rope_scaling / rope_local_base_freq keys; checked against what was asked."""
+    kw = {k: v for k, v in kw.items() if k != "hidden_act"}
+    full, slide = rope["full_attention"], rope["sliding_attention"]
+    old = dict(kw, rope_theta=full["rope_theta"], rope_local_base_freq=slide["rope_theta"])
+    if full.get("rope_type", "default") != "default":
+        old["rope_scaling"] = {k: v for k, v in full.items() if k != "rope_theta"}
+    errors = []
+    for label, k in (("rope_parameters", dict(kw, rope_parameters=copy.deepcopy(rope))), ("legacy", old)):
+        try:
+            cfg = AutoConfig.for_model("gemma3_text", **copy.deepcopy(k))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{label}: {e!r}")
+            continue
+        rp = getattr(cfg, "rope_parameters", None) or {}
+        ok = all(isinstance(rp.get(t), dict) and all(rp[t].get(a) == b for a, b in rope[t].items()) for t in rope)
+        if ok:
+            return cfg, label
+        errors.append(f"{label}: rope_parameters {rp}")
+    raise RuntimeError("could not build gemma3 config: " + " | ".join(errors))
+
+
 def make_config(model_type, kw, rope):
+    if model_type == "gemma3_text":
+        return make_gemma3_config(kw, rope)
     want_type = rope.get("rope_type", "default")
     errors = []
     attempts = []
@@ -183,11 +229,13 @@ def make_config(model_type, kw, rope):
 
 
 def reinit_(model, seed):
+    centre = 0.0 if getattr(model.config, "model_type", "") == "gemma3_text" else 1.0
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + NORM_STD * torch.randn_like(p))
+                # Gemma 3 norms scale by (1 + w): centre w at 0 there, at 1 elsewhere
+                p.copy_(centre + NORM_STD * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.normal_(0.0, BIAS_STD)
             elif p.dim() == 2:
@@ -299,6 +347,24 @@ def rotary_info(model):
     except Exception as e:  # noqa: BLE001
         info["error"] = repr(e)
     return info
+
+
+@torch.no_grad()
+def attn_softcap_effect(model, ids):
+    """Max |logit change| when attn_logit_softcapping is set to 0.5 (or removed, when set): 0 means
+    transformers does not apply it for this architecture."""
+    base = model(input_ids=ids[None].to(DEVICE), use_cache=False).logits.float()
+    old = model.config.attn_logit_softcapping
+    new = None if old is not None else 0.5
+    holders = [model.config] + [m for m in model.modules() if hasattr(m, "attn_logit_softcapping")]
+    for h in holders:
+        h.attn_logit_softcapping = new
+    try:
+        other = model(input_ids=ids[None].to(DEVICE), use_cache=False).logits.float()
+    finally:
+        for h in holders:
+            h.attn_logit_softcapping = old
+    return float((base - other).abs().max())
 
 
 def default_inv_freq(theta, dim):
@@ -482,11 +548,110 @@ def run_fixture(spec, outdir, tmpdir, seed_cache):
         qkv_bias=has_bias, qk_norm=has_qknorm,
         files=files, total_bytes=sum(files.values()),
     )
-    if spec["rope"].get("rope_type", "default") != "default":
+    if "full_attention" in spec["rope"]:
+        info["attn_softcap_effect"] = attn_softcap_effect(loaded, ids)
+    elif spec["rope"].get("rope_type", "default") != "default":
         head_dim = spec["kw"]["head_dim"]
         info["default_inv_freq"] = default_inv_freq(spec["rope"]["rope_theta"], head_dim)
     log(json.dumps({k: v for k, v in info.items() if k not in ("input_ids",)}, indent=1))
     return info
+
+
+MM_FIXTURES = ("gemma3-mm-f32", "gemma3-mm-renamed-f32", "gemma3-oldcfg-f32")
+
+
+@torch.no_grad()
+def make_mm_fixtures(outdir, only):
+    """The text weights of gemma3-f32 inside Gemma3ForConditionalGeneration checkpoints (vision weights
+    present, to be ignored by a text engine):
+      gemma3-mm-f32          transformers' own class, saved by save_pretrained (transformers 5.17 writes
+                             the checkpoint layout: language_model.model.*, vision_tower.*), its
+                             reference computed by that model;
+      gemma3-mm-renamed-f32  weights under model.language_model.* (the module layout of transformers 5,
+                             used by some re-saved checkpoints), written by renaming the tensors;
+                             reference = gemma3-f32's (the same text model);
+      gemma3-oldcfg-f32      gemma3-f32 with a transformers 4.x style config (see below)."""
+    src = os.path.join(outdir, "gemma3-f32")
+    text_cfg = json.load(open(os.path.join(src, "config.json")))
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    tc = {k: v for k, v in text_cfg.items()
+          if k not in ("architectures", "dtype", "torch_dtype", "transformers_version")}
+    vc = dict(model_type="siglip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+              num_attention_heads=2, image_size=28, patch_size=14)
+    mm_kw = dict(mm_tokens_per_image=4, image_token_index=255, boi_token_index=253, eoi_token_index=254)
+    infos = []
+    ids = prompt_ids(text_cfg["vocab_size"])
+    name = "gemma3-oldcfg-f32"
+    if not only or name in only:
+        # gemma3-f32 with the config keys of the released Gemma 3 checkpoints (transformers 4.x):
+        # sliding_window_pattern instead of layer_types (full where (i + 1) % 3 == 0: S S F S),
+        # rope_theta + rope_scaling for the global layers, rope_local_base_freq for the sliding ones
+        final = os.path.join(outdir, name)
+        if os.path.isdir(final):
+            shutil.rmtree(final)
+        shutil.copytree(src, final)
+        old_cfg = {k: v for k, v in text_cfg.items()
+                   if k not in ("layer_types", "rope_parameters", "_sliding_window_pattern")}
+        old_cfg.update(sliding_window_pattern=3, rope_theta=1e6, rope_local_base_freq=10000.0,
+                       rope_scaling={"rope_type": "linear", "factor": 8.0})
+        json.dump(old_cfg, open(os.path.join(final, "config.json"), "w"), indent=2)
+        loaded = load_model(final)
+        ref = reference(loaded, ids)
+        text_ref = load_file(os.path.join(src, "expected.safetensors"))
+        d = float((ref["logits"] - text_ref["logits"]).abs().max())
+        save_expected(final, ids, ref)
+        infos.append(dict(name=name, vs_text_logits=d, layer_types_seen=list(loaded.config.layer_types),
+                          rope_parameters_seen=loaded.config.rope_parameters))
+        log(json.dumps(infos[-1], indent=1))
+    name = "gemma3-mm-renamed-f32"
+    if not only or name in only:
+        final = os.path.join(outdir, name)
+        if os.path.isdir(final):
+            shutil.rmtree(final)
+        os.makedirs(final)
+        out = {"model.language_model." + k[len("model."):]: v.contiguous() for k, v in sd.items()}
+        out["model.vision_tower.vision_model.post_layernorm.weight"] = torch.ones(16)
+        out["model.multi_modal_projector.mm_input_projection_weight"] = torch.zeros(16, text_cfg["hidden_size"])
+        save_file(out, os.path.join(final, "model.safetensors"), metadata={"format": "pt"})
+        cfg = dict(architectures=["Gemma3ForConditionalGeneration"], model_type="gemma3",
+                   text_config=dict(tc, model_type="gemma3_text"), vision_config=vc, dtype="float32", **mm_kw)
+        json.dump(cfg, open(os.path.join(final, "config.json"), "w"), indent=2)
+        for f in ("generation_config.json", "expected.safetensors"):
+            shutil.copy(os.path.join(src, f), os.path.join(final, f))
+        infos.append(dict(name=name, note="renamed copy of gemma3-f32; expected = gemma3-f32's",
+                          files={f: os.path.getsize(os.path.join(final, f)) for f in sorted(os.listdir(final))}))
+        log(json.dumps(infos[-1], indent=1))
+    name = "gemma3-mm-f32"
+    if not only or name in only:
+        from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+        cfg = Gemma3Config(text_config=dict(tc), vision_config={k: v for k, v in vc.items() if k != "model_type"},
+                           **mm_kw)
+        torch.manual_seed(0)
+        mm = Gemma3ForConditionalGeneration._from_config(cfg, attn_implementation="eager").to(torch.float32)
+        lm = mm.model.language_model
+        missing, unexpected = lm.load_state_dict({k[len("model."):]: v for k, v in sd.items()}, strict=False)
+        log(f"  {name}: language_model load: missing {missing}, unexpected {unexpected}")
+        if missing or unexpected:
+            raise RuntimeError(f"{name}: text weights do not fit the language model")
+        if mm.lm_head.weight.data_ptr() != lm.embed_tokens.weight.data_ptr():
+            mm.lm_head.weight.copy_(lm.embed_tokens.weight)
+        mm.eval()
+        ref = reference(mm, ids)
+        text_ref = load_file(os.path.join(src, "expected.safetensors"))
+        d = float((ref["logits"] - text_ref["logits"]).abs().max())
+        log(f"  {name}: max |logits - gemma3-f32 logits| = {d:.3g}")
+        final = os.path.join(outdir, name)
+        if os.path.isdir(final):
+            shutil.rmtree(final)
+        mm.save_pretrained(final)
+        save_expected(final, ids, ref)
+        keys = sorted(load_file(os.path.join(final, "model.safetensors")).keys())
+        infos.append(dict(name=name, vs_text_logits=d, greedy_ids=ref["greedy"].tolist(),
+                          min_greedy_margin=float(ref["margins"].min()), n_tensors=len(keys),
+                          prefixes=sorted({".".join(k.split(".")[:2]) for k in keys}),
+                          files={f: os.path.getsize(os.path.join(final, f)) for f in sorted(os.listdir(final))}))
+        log(json.dumps(infos[-1], indent=1))
+    return infos
 
 
 NOTES = [
@@ -618,9 +783,16 @@ def main(argv):
         except Exception as e:  # noqa: BLE001
             log(f"!!! {spec['name']} failed:\n" + traceback.format_exc())
             failures.append((spec["name"], repr(e)))
+    mm_infos = []
+    if not only or only & set(MM_FIXTURES):
+        try:
+            mm_infos = make_mm_fixtures(outdir, only)
+        except Exception as e:  # noqa: BLE001
+            log("!!! gemma3 multimodal fixtures failed:\n" + traceback.format_exc())
+            failures.append(("gemma3-mm", repr(e)))
     shutil.rmtree(tmpdir, ignore_errors=True)
     with open(os.path.join(outdir, "summary.json"), "w") as f:
-        json.dump(dict(versions=versions, fixtures=infos, failures=failures), f, indent=1)
+        json.dump(dict(versions=versions, fixtures=infos, mm_fixtures=mm_infos, failures=failures), f, indent=1)
     write_readme(outdir, infos, failures, versions, argv)
     log(f"\n==== summary ({time.time() - t0:.1f}s) ====")
     for i in infos:

@@ -660,7 +660,16 @@ HF2GGUF_LAYER = {
 }
 
 
-def hf_to_gguf_name(n):
+# Gemma 3 (llama.cpp's gemma3 tensors): the norm after attention is its own tensor, and the ffn
+# norm is the one before the feed-forward.
+HF2GGUF_GEMMA3 = dict(HF2GGUF_LAYER, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+})
+
+
+def hf_to_gguf_name(n, arch=None):
     if n == "model.embed_tokens.weight":
         return "token_embd.weight"
     if n == "model.norm.weight":
@@ -669,7 +678,8 @@ def hf_to_gguf_name(n):
         return "output.weight"
     p = n.split(".")
     assert p[0] == "model" and p[1] == "layers", n
-    return f"blk.{p[2]}." + HF2GGUF_LAYER[".".join(p[3:])]
+    table = HF2GGUF_GEMMA3 if arch == "gemma3" else HF2GGUF_LAYER
+    return f"blk.{p[2]}." + table[".".join(p[3:])]
 
 
 # file_type (llama_ftype) recorded in general.file_type
@@ -709,12 +719,29 @@ def build_gguf(path, arch, hp, sd, ftype, name):
         (f"{arch}.attention.layer_norm_rms_epsilon", "f32", float(hp["rms_norm_eps"])),
         (f"{arch}.vocab_size", "u32", hp["vocab_size"]),
     ]
+    gemma = arch == "gemma3"
+    if gemma:
+        # as llama.cpp's converter writes Gemma 3 (rope.freq_base is the global layers' base, the
+        # linear scaling applies to them only); sliding_window_pattern is read by llama.cpp
+        # (default 6) but not written by the converter: 2 here so that 2 layers hold both kinds.
+        kvs += [
+            (f"{arch}.attention.sliding_window", "u32", hp["sliding_window"]),
+            (f"{arch}.attention.sliding_window_pattern", "u32", hp["sliding_window_pattern"]),
+            (f"{arch}.rope.freq_base_swa", "f32", float(hp["rope_local_theta"])),
+            (f"{arch}.rope.scaling.type", "str", "linear"),
+            (f"{arch}.rope.scaling.factor", "f32", float(hp["rope_factor"])),
+        ]
     tensors, deq, types = [], {}, {}
     order = sorted(sd, key=_hf_order)
     for hn in order:
         w = np.asarray(sd[hn], np.float32)
-        gn = hf_to_gguf_name(hn)
+        gn = hf_to_gguf_name(hn, arch)
         perm = None
+        # llama.cpp's Gemma 3 converter stores norms as 1 + w (Gemma3RMSNorm scales by 1 + w);
+        # (1 + w) - 1 is exact in f32, so the reference sees the same numbers
+        shift = 1.0 if gemma and hn.endswith("norm.weight") else 0.0
+        if shift:
+            w = (w + np.float32(shift)).astype(np.float32)
         if arch == "llama" and gn.endswith("attn_q.weight"):
             perm = (n_head, n_head)
         elif arch == "llama" and gn.endswith("attn_k.weight"):
@@ -724,6 +751,8 @@ def build_gguf(path, arch, hp, sd, ftype, name):
         raw = ggml_encode(g, typ)
         back = ggml_decode(raw, typ, g.shape)
         deq[hn] = llama_unpermute(back, *perm) if perm else back
+        if shift:
+            deq[hn] = (deq[hn] - np.float32(shift)).astype(np.float32)
         tensors.append((gn, typ, tuple(g.shape), raw))
         types[gn] = typ
     size = gguf_write(path, kvs, tensors)
@@ -897,6 +926,9 @@ MLX_SPECS = [
          overrides={"model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 8}},
          desc="llama-f32 weights (sharded source), MLX affine 4-bit, group 32, bf16, untied lm_head quantized, "
               "per-layer override model.layers.0.mlp.down_proj = 8-bit group 64"),
+    dict(name="gemma3-mlx4", src="gemma3-f32", bits=4, group_size=32, dtype="bfloat16", mode=True,
+         overrides={}, desc="gemma3-f32 weights, MLX affine 4-bit, group 32, bf16 scales/biases, tied embedding "
+                            "quantized, norms stored as w (the model adds 1)"),
 ]
 
 GG_COMMON = dict(vocab_size=256, hidden_size=256, intermediate_size=256, num_attention_heads=4,
@@ -913,6 +945,15 @@ GG_ARCH = {
                   extra=dict(tie_word_embeddings=True, use_sliding_window=False), base_seed=2000),
     "llama": dict(model_type="llama", rope_theta=1e6, rms_norm_eps=1e-5,
                   extra=dict(tie_word_embeddings=False), base_seed=3000),
+    # query_pre_attn_scalar = head_dim: llama.cpp scales attention by 1/sqrt(head_dim) for Gemma 3
+    "gemma3": dict(model_type="gemma3_text", rope_theta=1e6, rms_norm_eps=1e-6, norm_centre=0.0,
+                   rope={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                   extra=dict(tie_word_embeddings=True, sliding_window=6, query_pre_attn_scalar=64,
+                              hidden_activation="gelu_pytorch_tanh",
+                              layer_types=["sliding_attention", "full_attention"]),
+                   gguf=dict(sliding_window=6, sliding_window_pattern=2, rope_local_theta=10000.0, rope_factor=8.0),
+                   base_seed=4000),
 }
 
 
@@ -924,6 +965,8 @@ def gguf_specs():
     S.append(dict(name="llama-gguf-q8_0", arch="llama", ftype="q8_0", layers=1))
     S.append(dict(name="llama-gguf-q4_k", arch="llama", ftype="q4_k", layers=2))
     S.append(dict(name="qwen2-gguf-q8_0", arch="qwen2", ftype="q8_0", layers=1))
+    S.append(dict(name="gemma3-gguf-q8_0", arch="gemma3", ftype="q8_0", layers=2))
+    S.append(dict(name="gemma3-gguf-q4_k", arch="gemma3", ftype="q4_k", layers=2))
     return S
 
 
@@ -939,7 +982,9 @@ def generate(outdir, only):
     import gen_fixtures as gf
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    fixtures = os.path.join(repo, "tests", "fixtures")
+    # the MLX fixtures quantize a float fixture: from tests/fixtures, or from GEN_FIXTURES_SRC when
+    # that fixture was generated in the same session
+    fixtures = os.environ.get("GEN_FIXTURES_SRC", os.path.join(repo, "tests", "fixtures"))
     gguf_py = os.path.join(repo, ".gguf-py", "gguf-py")
     have_gguf_py = os.path.isdir(gguf_py)
     if have_gguf_py:
@@ -995,14 +1040,15 @@ def generate(outdir, only):
         if key not in base_cache:
             a = GG_ARCH[arch]
             kw = dict(GG_COMMON, num_hidden_layers=layers, rms_norm_eps=a["rms_norm_eps"], **a["extra"])
-            cfg, _ = gf.make_config(a["model_type"], kw, {"rope_type": "default", "rope_theta": a["rope_theta"]})
+            cfg, _ = gf.make_config(a["model_type"], kw,
+                                    a.get("rope", {"rope_type": "default", "rope_theta": a["rope_theta"]}))
             torch.manual_seed(seed)
             m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32)
             torch.manual_seed(seed)
             with torch.no_grad():
                 for n, p in m.named_parameters():
                     if n.endswith("norm.weight"):
-                        p.copy_(1.0 + GG_NORM_STD * torch.randn_like(p))
+                        p.copy_(a.get("norm_centre", 1.0) + GG_NORM_STD * torch.randn_like(p))
                     elif n.endswith(".bias"):
                         p.normal_(0.0, GG_BIAS_STD)
                     elif p.dim() == 2:
@@ -1029,7 +1075,7 @@ def generate(outdir, only):
         for seed in range(a["base_seed"], a["base_seed"] + GG_MAX_SEEDS):
             m, sd, cfg = base_model(arch, spec["layers"], seed)
             hp = dict(GG_COMMON, num_hidden_layers=spec["layers"], rope_theta=a["rope_theta"],
-                      rms_norm_eps=a["rms_norm_eps"])
+                      rms_norm_eps=a["rms_norm_eps"], **a.get("gguf", {}))
             fn = os.path.join(path, "model.gguf")
             size, deq, types = build_gguf(fn, arch, hp, sd, spec["ftype"], name)
             with torch.no_grad():
@@ -1054,7 +1100,7 @@ def generate(outdir, only):
         errs = {}
         for n in sd:
             if sd[n].ndim == 2:
-                errs[hf_to_gguf_name(n)] = float(np.sqrt(((deq[n] - sd[n]) ** 2).mean() / (sd[n] ** 2).mean()))
+                errs[hf_to_gguf_name(n, arch)] = float(np.sqrt(((deq[n] - sd[n]) ** 2).mean() / (sd[n] ** 2).mean()))
         # independent check of the file and of our dequantizers with llama.cpp's gguf-py
         chk = "gguf-py not available"
         if have_gguf_py:
@@ -1065,8 +1111,10 @@ def generate(outdir, only):
                 worst = 0.0
                 mine = {}
                 for hn in sd:
-                    gn = hf_to_gguf_name(hn)
+                    gn = hf_to_gguf_name(hn, arch)
                     w = deq[hn]
+                    if arch == "gemma3" and hn.endswith("norm.weight"):
+                        w = w + np.float32(1.0)
                     if arch == "llama" and gn.endswith("attn_q.weight"):
                         w = llama_permute(w, hp["num_attention_heads"])
                     elif arch == "llama" and gn.endswith("attn_k.weight"):
@@ -1109,8 +1157,8 @@ def render_readme(summary):
         if i["kind"] == "mlx":
             q = i["quantization"]
             fmt = f"MLX {q['bits']}-bit g{q['group_size']} {i['dtype']}"
-            arch = "qwen3" if name.startswith("qwen3") else "llama"
-            layers = 3
+            arch = name.split("-")[0]
+            layers = 4 if arch == "gemma3" else 3
             types = ", ".join(sorted({f"{v['bits']}b/g{v['group_size']}" for v in i["tensors"].values()}))
             seed = "(source fixture)"
         else:

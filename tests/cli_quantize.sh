@@ -12,6 +12,10 @@
 # The fixtures have hidden 64, so K-type rows fall back (Q4_K -> Q5_0, Q6_K -> Q8_0);
 # the fallback must be reported on stderr. Plus: the GGUF tokenizer gives the same ids
 # as the folder's tokenizer.json (needs ../shared/data/tokenizers/qwen3).
+# Gemma 3 (llama.cpp's gemma3: 1 + w norms, its norm names, per-layer-type RoPE and the
+# sliding pattern in the metadata) goes through the same checks on gemma3-f32 with
+# query_pre_attn_scalar = head_dim, since a GGUF gemma3 file has no key for another
+# attention scale; gemma3-f32 itself (24 != 16) must be refused with that reason.
 set -u
 G=${GERBIL:?set GERBIL to the gerbil binary}
 FX=tests/fixtures
@@ -43,8 +47,12 @@ sys.exit(0 if md <= tol and corr >= mincorr and same >= need else 1)
 EOF
 }
 
-for m in qwen3-f32 llama-f32 qwen2-f32 qwen35-f32 lfm2-f32; do
+mkdir "$T/gemma3-q16"
+cp $FX/gemma3-f32/model.safetensors $FX/gemma3-f32/generation_config.json "$T/gemma3-q16/"
+sed 's/"query_pre_attn_scalar": 24/"query_pre_attn_scalar": 16/' $FX/gemma3-f32/config.json > "$T/gemma3-q16/config.json"
+for m in qwen3-f32 llama-f32 qwen2-f32 gemma3-q16 qwen35-f32 lfm2-f32; do
     src=$FX/$m
+    [ -d "$src" ] || src=$T/$m
     if ! "$G" logits --model "$src" --ids $IDS --all -t 1 >"$T/$m.ref.json" 2>"$T/err"; then
         bad "$m: reference logits"; cat "$T/err"; continue
     fi
@@ -128,6 +136,8 @@ else
 fi
 
 # output type naming and errors
+"$G" quantize $FX/gemma3-f32 "$T/x.gguf" --type f32 >/dev/null 2>"$T/err"
+if [ $? -ne 0 ] && grep -q "query_pre_attn_scalar" "$T/err"; then ok; else bad "gemma3 attention scale"; cat "$T/err"; fi
 "$G" quantize $FX/qwen3-f32 "$T/x.gguf" --type q3_x >/dev/null 2>"$T/err"
 if [ $? -eq 2 ] && grep -q 'unknown --type "q3_x"' "$T/err"; then ok; else bad "unknown type"; fi
 "$G" quantize $FX/qwen3-mlx4 "$T/x.gguf" --type q8_0 >/dev/null 2>"$T/err"

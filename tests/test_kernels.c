@@ -4,6 +4,7 @@
  * reaches the edge of the allocation (caught under the sanitizers); outputs are
  * poisoned with NaN first, so an element the kernel skips cannot pass. */
 #include "backend/cpu/kernels.h"
+#include "backend/ops.h"
 #include "base/fp16.h"
 #include "test.h"
 
@@ -148,6 +149,70 @@ static void check_dot_axpy(int n) {
     free(ab); free(bb); free(hb); free(yb); free(yr); free(yf);
 }
 
+/* gelu_tanh(x) * u and cap * tanh(x / cap) against the double-precision references, on
+ * inputs spread over the range where the curves bend and saturate: a few f32 ulps of
+ * relative error (the fast tanh/exp are good to ~5e-7). Each element must also come out
+ * the same whether it lies in the vector body or the tail, so any split is bit-identical. */
+static void check_activations(int n) {
+    void *gb, *ub, *xb;
+    float *g = rand_f32(n, &gb), *u = rand_f32(n, &ub), *x = rand_f32(n, &xb);
+    for (int i = 0; i < n; i++) { g[i] *= 8.0f; x[i] *= 60.0f; }
+    float cap = 2.0f + 30.0f * (test_rand_f(&rng) + 1.0f);
+    float *yr = poisoned((size_t)n), *yf = poisoned((size_t)n), *ys = poisoned((size_t)n);
+    gelu_tanh_mul_ref(yr, g, u, n);
+    gelu_tanh_mul(yf, g, u, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!(fabs((double)yf[i] - yr[i]) <= 2e-6 * fabs((double)g[i] * u[i]) + 1e-30)) {
+            if (bad++ < 3) CHECKF(0, "gelu_tanh_mul n=%d: x=%.9g u=%.9g: %.9g vs ref %.9g", n, g[i], u[i], yf[i], yr[i]);
+        }
+    CHECKF(!bad, "gelu_tanh_mul n=%d: %d elements off", n, bad);
+    int cut = n / 3;
+    gelu_tanh_mul(ys, g, u, cut);
+    gelu_tanh_mul(ys + cut, g + cut, u + cut, n - cut);
+    CHECKF(memcmp(ys, yf, (size_t)n * sizeof(float)) == 0, "gelu_tanh_mul n=%d: a split at %d changes bits", n, cut);
+    CHECKF(guard_intact(yf, (size_t)n) && guard_intact(ys, (size_t)n), "gelu_tanh_mul n=%d wrote past y", n);
+
+    memcpy(yr, x, (size_t)n * sizeof(float));
+    memcpy(yf, x, (size_t)n * sizeof(float));
+    softcap_ref(yr, cap, n);
+    softcap(yf, cap, n);
+    bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!(fabs((double)yf[i] - yr[i]) <= 2e-6 * fabs((double)yr[i]) + 1e-30)) {
+            if (bad++ < 3) CHECKF(0, "softcap n=%d cap=%g: x=%.9g: %.9g vs ref %.9g", n, cap, x[i], yf[i], yr[i]);
+        }
+    CHECKF(!bad, "softcap n=%d: %d elements off", n, bad);
+    memcpy(ys, x, (size_t)n * sizeof(float));
+    softcap(ys, cap, cut);
+    softcap(ys + cut, cap, n - cut);
+    CHECKF(memcmp(ys, yf, (size_t)n * sizeof(float)) == 0, "softcap n=%d: a split at %d changes bits", n, cut);
+    CHECKF(guard_intact(yf, (size_t)n) && guard_intact(ys, (size_t)n), "softcap n=%d wrote past x", n);
+    free(gb); free(ub); free(xb); free(yr); free(yf); free(ys);
+}
+
+/* The ops split element-wise work over the pool: the same bits with 1, 2 or 3 threads. */
+static void check_activation_ops(threadpool_t *const pools[3]) {
+    const long n = 100003;
+    float *g = malloc((size_t)n * sizeof(float)), *u = malloc((size_t)n * sizeof(float));
+    float *y[3], *c[3];
+    for (long i = 0; i < n; i++) { g[i] = 6.0f * test_rand_f(&rng); u[i] = test_rand_f(&rng); }
+    for (int p = 0; p < 3; p++) {
+        struct backend be = {.tp = pools[p]};
+        y[p] = malloc((size_t)n * sizeof(float));
+        c[p] = malloc((size_t)n * sizeof(float));
+        op_gelu_tanh_mul(&be, y[p], g, u, n);
+        memcpy(c[p], g, (size_t)n * sizeof(float));
+        op_softcap(&be, c[p], 3.0f, n);
+    }
+    for (int p = 1; p < 3; p++) {
+        CHECKF(memcmp(y[p], y[0], (size_t)n * sizeof(float)) == 0, "op_gelu_tanh_mul differs with %d threads", p + 1);
+        CHECKF(memcmp(c[p], c[0], (size_t)n * sizeof(float)) == 0, "op_softcap differs with %d threads", p + 1);
+    }
+    for (int p = 0; p < 3; p++) { free(y[p]); free(c[p]); }
+    free(g); free(u);
+}
+
 int main(int argc, char **argv) {
     unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 0)
                                        : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
@@ -200,6 +265,9 @@ int main(int argc, char **argv) {
 
     static const int N_VEC[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000};
     for (int i = 0; i < COUNT(N_VEC); i++) check_dot_axpy(N_VEC[i]);
+    for (int i = 0; i < COUNT(N_VEC); i++) check_activations(N_VEC[i]);
+    check_activations(4099);
+    check_activation_ops(pools);
 
     for (int p = 0; p < 3; p++) tp_free(pools[p]);
     return test_done();

@@ -814,6 +814,135 @@ static void run_bpe_family(const char *name, const char *pre, const char *vector
     gerbil_tokenizer_free(h);
 }
 
+/* ---- gemma3: a SentencePiece ("llama") GGUF vocabulary as llama.cpp's converter writes
+ * Gemma 3's (tokens by id; special added tokens control, other added tokens user-defined,
+ * <0xNN> byte, <unk> unknown; add_space_prefix false; add_bos true), built from the HF
+ * tokenizer.json. The file has no merges: a piece's score orders the merges that make it,
+ * so each piece gets minus the best rank of the HF merges that produce it (pieces no merge
+ * makes rank after all of them). Then llama.cpp's gemma vectors (the gemma-4 test set,
+ * which this tokenizer.json reproduces) and the HF tokenizer on the test texts. ---- */
+static void run_gemma3(void) {
+    const char *path = "../shared/data/tokenizers/gemma3/tokenizer.json";
+    if (!file_exists(path)) {
+        fprintf(stderr, "  %s not found, gemma3 GGUF vocabulary skipped\n", path);
+        return;
+    }
+    gerbil_tokenizer_t h;
+    gerbil_status st = gerbil_tokenizer_load(path, &h);
+    CHECKF(st == GERBIL_OK, "%s: %s", path, gerbil_last_error());
+    if (st) return;
+    const tk_model *m = &h->model;
+    int n = gerbil_tokenizer_n_vocab(h);
+    const char **toks = calloc((size_t)n, sizeof *toks);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    float *scores = calloc((size_t)n, sizeof *scores);
+    uint64_t *best = malloc((size_t)n * sizeof *best);
+    for (int i = 0; i < n; i++) best[i] = UINT64_MAX;
+    uint64_t nm = 0;
+    for (size_t k = 0; m->merges.keys && k <= m->merges.mask; k++) {
+        if (m->merges.keys[k] == UINT64_MAX) continue;
+        uint64_t v = m->merges.vals[k], rank = v >> 32;
+        uint32_t id = (uint32_t)v;
+        if (id < (uint32_t)n && rank < best[id]) best[id] = rank;
+        nm++;
+    }
+    char **owned = calloc((size_t)n, sizeof *owned);
+    for (int i = 0; i < n; i++) {
+        const tk_added_tok *a = tk_added_by_id(&h->added, i);
+        size_t len = 0;
+        const char *t = a ? a->content : tk_model_token(m, i, &len);
+        if (!t) { /* an id with no token */
+            owned[i] = malloc(32);
+            snprintf(owned[i], 32, "[PAD%d]", i);
+            t = owned[i];
+        } else if (!a) {
+            owned[i] = malloc(len + 1); /* model tokens are not NUL-terminated */
+            memcpy(owned[i], t, len);
+            owned[i][len] = 0;
+            t = owned[i];
+        }
+        toks[i] = t;
+        int byte = strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>';
+        types[i] = a ? (a->special ? (strcmp(t, "<unk>") ? 3 : 2) : 4) : byte ? 6 : 1;
+        scores[i] = -(float)(best[i] != UINT64_MAX ? best[i] : nm + (uint64_t)i);
+    }
+    wbuf b = {0};
+    kv_str(&b, "general.architecture", "gemma3");
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_str(&b, "tokenizer.ggml.pre", "default");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, n);
+    kv_f32s(&b, "tokenizer.ggml.scores", scores, n);
+    kv_i32s(&b, "tokenizer.ggml.token_type", types, n);
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", 1);
+    kv_u32(&b, "tokenizer.ggml.unknown_token_id", 3);
+    kv_u32(&b, "tokenizer.ggml.padding_token_id", 0);
+    kv_bool(&b, "tokenizer.ggml.add_bos_token", 1);
+    kv_bool(&b, "tokenizer.ggml.add_eos_token", 0);
+    kv_bool(&b, "tokenizer.ggml.add_space_prefix", 0);
+    char gpath[] = "/tmp/gerbil_tok_gguf_gemma_XXXXXX";
+    int fd = mkstemp(gpath);
+    if (fd >= 0) close(fd);
+    write_gguf(gpath, &b);
+    free(b.p);
+    for (int i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(toks);
+    free(types);
+    free(scores);
+    free(best);
+
+    run_vectors_on("gemma-4", gpath);
+    gerbil_tokenizer_t g;
+    st = gerbil_tokenizer_load_gguf(gpath, &g);
+    CHECKF(st == GERBIL_OK, "%s: %s", gpath, gerbil_last_error());
+    unlink(gpath);
+    if (st) {
+        gerbil_tokenizer_free(h);
+        return;
+    }
+    /* add_special: <bos> first, as the HF tokenizer does */
+    int32_t *ids = NULL, *ref = NULL;
+    int ni = 0, nr = 0;
+    CHECK(gerbil_tokenize(g, "Hello world", 11, 1, &ids, &ni) == GERBIL_OK &&
+          gerbil_tokenize(h, "Hello world", 11, 1, &ref, &nr) == GERBIL_OK && ni > 1 && ids[0] == 2 &&
+          ids_eq(ids, ni, ref, nr));
+    free(ids);
+    free(ref);
+    size_t len;
+    char *ex = read_file("tests/tokenizer/expected.json", &len);
+    cJSON *j = ex ? cJSON_Parse(ex) : NULL;
+    free(ex);
+    int same = 0, total = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "texts")) {
+        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!t) continue;
+        int32_t *a = NULL, *c = NULL;
+        int na = 0, nc = 0;
+        int ok = gerbil_tokenize(g, t, strlen(t), 0, &a, &na) == GERBIL_OK &&
+                 gerbil_tokenize(h, t, strlen(t), 0, &c, &nc) == GERBIL_OK && ids_eq(a, na, c, nc);
+        CHECKF(ok, "gemma3 GGUF vs tokenizer.json: \"%.60s\"", t);
+        if (ok) {
+            char *da = NULL, *db = NULL;
+            size_t la = 0, lb = 0;
+            ok = gerbil_detokenize(g, a, na, 0, &da, &la) == GERBIL_OK && gerbil_detokenize(h, c, nc, 0, &db, &lb) == GERBIL_OK &&
+                 la == lb && !memcmp(da, db, la);
+            CHECKF(ok, "gemma3 GGUF decode: \"%.60s\"", t);
+            free(da);
+            free(db);
+        }
+        same += ok;
+        total++;
+        free(a);
+        free(c);
+    }
+    printf("  %-10s %d/%d encodings and decodings as %s\n", "gemma3", same, total, path);
+    cJSON_Delete(j);
+    gerbil_tokenizer_free(g);
+    gerbil_tokenizer_free(h);
+}
+
 int main(void) {
     if (!file_exists("tests/test.h")) SKIP("run from the repository root");
     run_malformed();
@@ -825,6 +954,7 @@ int main(void) {
     run_stories();
     run_bpe_family("llama3", "llama-bpe", "llama-bpe");
     run_bpe_family("qwen3", "qwen2", "qwen2");
+    run_gemma3();
     run_synth("synth_wordpiece.json", 1);
     run_synth("synth_unigram.json", 0);
     return test_done();

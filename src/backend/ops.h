@@ -29,6 +29,13 @@ void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const 
 void op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, float eps, int n_rows, int n);
 /* y[i] = silu(g[i]) * u[i]. */
 void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, long n);
+/* y[i] = gelu_tanh(g[i]) * u[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * (torch's gelu with approximate="tanh"). */
+void op_gelu_tanh_mul(struct backend *be, float *y, const float *g, const float *u, long n);
+/* x[i] = cap * tanh(x[i] / cap) (logit soft-capping). */
+void op_softcap(struct backend *be, float *x, float cap, long n);
+/* x[i] *= s. */
+void op_scale(struct backend *be, float *x, float s, long n);
 /* y[i] += x[i]. */
 void op_add(struct backend *be, float *y, const float *x, long n);
 

@@ -22,6 +22,8 @@ static const struct {
     {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
     {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN35},
     {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN35},
+    {"Gemma3ForCausalLM", "gemma3_text", ARCH_GEMMA3},
+    {"Gemma3ForConditionalGeneration", "gemma3", ARCH_GEMMA3},
     {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
 };
 enum { N_ARCH_ROWS = sizeof arch_table / sizeof arch_table[0] };
@@ -72,23 +74,12 @@ static void read_bos(const cJSON *root, struct model_config *cfg) {
     if (v && cJSON_IsNumber(v)) cfg->bos_id = (int32_t)v->valuedouble;
 }
 
-static gerbil_status read_rope(const cJSON *root, const char *path, struct model_config *cfg) {
-    struct rope_config *r = &cfg->rope;
-    /* transformers 5 writes rope_parameters (with rope_theta inside); older configs
-     * write rope_theta at the top level and an optional rope_scaling object. */
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (rp && cJSON_IsNull(rp)) rp = NULL;
-    if (rp && !cJSON_IsObject(rp))
-        return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters/rope_scaling must be an object", path);
-
-    /* LFM2: the original configs write "theta"; rope_parameters may be keyed by layer type */
-    const int lfm2 = cfg->arch == ARCH_LFM2;
-    r->theta = json_get_num(root, "rope_theta", lfm2 ? json_get_num(root, "theta", 1e6) : 10000.0);
-    const cJSON *per_type = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
-    if (per_type && cJSON_IsObject(per_type)) rp = per_type;
-    if (rp) r->theta = json_get_num(rp, "rope_theta", r->theta);
-    if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: rope_theta must be > 1", path);
+/* One RoPE description: rp is the rope_parameters / rope_scaling object (or NULL),
+ * theta_def the base when rp has no rope_theta; what names rp in messages. */
+static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_def, const char *path,
+                               const char *what, const struct model_config *cfg, struct rope_config *r) {
+    r->theta = rp ? json_get_num(rp, "rope_theta", theta_def) : theta_def;
+    if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope_theta must be > 1", path, what);
 
     double prf = json_get_num(root, "partial_rotary_factor", cfg->arch == ARCH_QWEN35 ? 0.25 : 1.0);
     if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
@@ -112,13 +103,13 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(type, types[i].name) == 0) { r->type = types[i].t; found = 1; }
     if (!found)
-        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: rope type \"%s\" is not supported "
-                       "(supported: default, linear, dynamic, llama3, yarn)", path, type);
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s: rope type \"%s\" is not supported "
+                       "(supported: default, linear, dynamic, llama3, yarn)", path, what, type);
     if (r->type == ROPE_DEFAULT) return GERBIL_OK;
 
     r->factor = json_get_num(rp, "factor", 0.0);
     if (!(r->factor > 0.0))
-        return err_set(GERBIL_ERR_FORMAT, "%s: rope type \"%s\" needs a positive \"factor\"", path, type);
+        return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope type \"%s\" needs a positive \"factor\"", path, what, type);
     r->orig_max_pos = (int)json_get_int(rp, "original_max_position_embeddings", cfg->n_ctx_train);
     if (r->orig_max_pos < 1)
         return err_set(GERBIL_ERR_FORMAT, "%s: original_max_position_embeddings must be positive", path);
@@ -139,6 +130,47 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     return GERBIL_OK;
 }
 
+static gerbil_status read_rope(const cJSON *root, const char *path, struct model_config *cfg) {
+    /* transformers 5 writes rope_parameters (with rope_theta inside); older configs
+     * write rope_theta at the top level and an optional rope_scaling object. */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (rp && cJSON_IsNull(rp)) rp = NULL;
+    if (rp && !cJSON_IsObject(rp))
+        return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters/rope_scaling must be an object", path);
+    if (cfg->arch == ARCH_LFM2) {
+        /* the original LFM2 configs write "theta"; rope_parameters may be keyed by layer type */
+        const cJSON *full = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
+        if (cJSON_IsObject(full)) rp = full;
+        return rope_from(root, rp, json_get_num(root, "rope_theta", json_get_num(root, "theta", 1e6)), path, "rope",
+                         cfg, &cfg->rope);
+    }
+    if (cfg->arch != ARCH_GEMMA3)
+        return rope_from(root, rp, json_get_num(root, "rope_theta", 10000.0), path, "rope", cfg, &cfg->rope);
+
+    /* Gemma 3: global (full_attention) and sliding layers rotate differently. transformers 5:
+     * rope_parameters = {"full_attention": {...}, "sliding_attention": {...}}; older configs:
+     * rope_theta + rope_scaling for the global layers, rope_local_base_freq (no scaling) for
+     * the sliding ones. */
+    cfg->has_rope_local = 1;
+    const cJSON *full = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
+    const cJSON *slide = rp ? cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention") : NULL;
+    if (full || slide) {
+        if (!cJSON_IsObject(full) || !cJSON_IsObject(slide))
+            return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters needs both \"full_attention\" and "
+                           "\"sliding_attention\" objects", path);
+        GB_TRY(rope_from(root, full, 1e6, path, "rope_parameters.full_attention", cfg, &cfg->rope));
+        return rope_from(root, slide, 1e4, path, "rope_parameters.sliding_attention", cfg, &cfg->rope_local);
+    }
+    GB_TRY(rope_from(root, rp, json_get_num(root, "rope_theta", 1e6), path, "rope", cfg, &cfg->rope));
+    return rope_from(root, NULL, json_get_num(root, "rope_local_base_freq", 1e4), path, "rope_local_base_freq",
+                     cfg, &cfg->rope_local);
+}
+
+/* What each layer is: full, sliding-window or linear attention. transformers 5 writes
+ * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
+ * Mistral applies sliding_window to every layer; Qwen3.5 configs without layer_types
+ * put a full-attention layer every full_attention_interval layers. */
 /* LFM2 configs without layer_types list the attention layers in full_attn_idxs; the
  * others are short-convolution layers (every layer is attention when neither is given). */
 static gerbil_status read_full_attn_idxs(const cJSON *root, const char *path, struct model_config *cfg) {
@@ -157,16 +189,13 @@ static gerbil_status read_full_attn_idxs(const cJSON *root, const char *path, st
     return GERBIL_OK;
 }
 
-/* What each layer is: full, sliding-window or linear attention. transformers 5 writes
- * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
- * Mistral applies sliding_window to every layer; Qwen3.5 configs without layer_types
- * put a full-attention layer every full_attention_interval layers. */
 static gerbil_status read_layer_types(const cJSON *root, const char *path, struct model_config *cfg) {
     cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
     cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
     if (!cfg->layer_sliding || !cfg->layer_kind) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     int window = (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) ? (int)sw->valuedouble : 0;
+    if (cfg->arch == ARCH_GEMMA3 && !sw) window = 4096; /* Gemma3TextConfig's default */
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && cJSON_IsArray(lt)) {
         if (cJSON_GetArraySize(lt) != cfg->n_layer)
@@ -190,6 +219,12 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
         int every = (int)json_get_int(root, "full_attention_interval", 4);
         if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % every ? LAYER_DELTANET : LAYER_ATTENTION;
+    } else if (cfg->arch == ARCH_GEMMA3) {
+        /* older Gemma 3 configs: every sliding_window_pattern-th layer is global */
+        int pattern = (int)json_get_int(root, "sliding_window_pattern", 6);
+        if (pattern < 1)
+            return err_set(GERBIL_ERR_FORMAT, "%s: sliding_window_pattern must be positive", path);
+        for (int i = 0; window > 0 && i < cfg->n_layer; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
     } else if (window > 0) {
         int use = 1, first = 0;
         if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
@@ -322,39 +357,79 @@ void mlx_quant_for(const struct mlx_quant *q, const char *module, int *bits, int
         }
 }
 
-static gerbil_status parse_config(const cJSON *root, const char *path, struct model_config *cfg) {
-    if (!cJSON_IsObject(root)) return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path);
+/* An activation name as transformers' ACT2FN spells it. */
+static gerbil_status parse_act(const char *act, const char *field, const char *path, enum ffn_act *out) {
+    if (!strcmp(act, "silu") || !strcmp(act, "swish")) *out = ACT_SILU;
+    else if (!strcmp(act, "gelu_pytorch_tanh")) *out = ACT_GELU_TANH;
+    else
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s \"%s\" is not supported (supported: silu, "
+                       "gelu_pytorch_tanh)", path, field, act);
+    return GERBIL_OK;
+}
+
+/* Gemma 3's own fields (Gemma3TextConfig defaults where a key is absent). */
+static gerbil_status read_gemma3(const cJSON *root, const char *path, struct model_config *cfg) {
+    cfg->qk_norm = 1;
+    cfg->norm_add_one = 1;
+    cfg->post_norms = 1;
+    cfg->embd_scale = 1;
+    cfg->attn_qkv_bias = cfg->attn_o_bias = json_get_bool(root, "attention_bias", 0);
+    double qpas = json_get_num(root, "query_pre_attn_scalar", 256.0);
+    if (!(qpas > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
+    cfg->attn_scale = (float)pow(qpas, -0.5); /* torch: scores * (query_pre_attn_scalar ** -0.5) */
+    const cJSON *cap = cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping");
+    if (cap && !cJSON_IsNull(cap)) {
+        if (!cJSON_IsNumber(cap) || !(cap->valuedouble > 0))
+            return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must be a positive number or null", path);
+        cfg->final_softcap = (float)cap->valuedouble;
+    }
+    /* attn_logit_softcapping is deliberately not read: transformers' Gemma3Attention never
+     * passes it to the attention function (Gemma 2 did), so it changes nothing there. */
+    if (json_get_bool(root, "use_bidirectional_attention", 0))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not "
+                       "supported", path);
+    return parse_act(json_get_str(root, "hidden_activation", "gelu_pytorch_tanh"), "hidden_activation", path,
+                     &cfg->act);
+}
+
+static gerbil_status parse_config(const cJSON *top, const char *path, struct model_config *cfg) {
+    if (!cJSON_IsObject(top)) return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path);
 
     const char *cls = NULL;
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(top, "architectures");
     if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
         cls = cJSON_GetArrayItem(archs, 0)->valuestring;
-    const char *mtype = json_get_str(root, "model_type", NULL);
+    const char *mtype = json_get_str(top, "model_type", NULL);
     if (model_arch_from_name(cls, mtype, &cfg->arch) != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED,
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Lfm2ForCausalLM",
+                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Gemma3ForCausalLM, "
+                       "Gemma3ForConditionalGeneration (text), Lfm2ForCausalLM",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
-    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", model_arch_name(cfg->arch));
-    /* Multimodal checkpoints keep the language model's hyperparameters in text_config;
-     * the top level still holds quantization and, often, tie_word_embeddings. */
-    const cJSON *top = root, *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    if (tc && cJSON_IsObject(tc)) root = tc;
+    /* root: where the text model's hyperparameters are, text_config in a multimodal
+     * checkpoint (whose top level still holds quantization and, often, tie_word_embeddings) */
+    const cJSON *root = top, *tc = cJSON_GetObjectItemCaseSensitive(top, "text_config");
+    if (cJSON_IsObject(tc)) root = tc;
+    else if (cls && strstr(cls, "ForConditionalGeneration"))
+        return err_set(GERBIL_ERR_FORMAT, "%s: %s without a \"text_config\" object", path, cls);
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s%s", cls ? cls : model_arch_name(cfg->arch),
+             root != top ? " (text)" : "");
+    const int g = cfg->arch == ARCH_GEMMA3; /* Gemma3TextConfig has defaults for every size */
 
-    GB_TRY(get_pos_int(root, "vocab_size", 0, path, &cfg->n_vocab));
-    GB_TRY(get_pos_int(root, "hidden_size", 0, path, &cfg->n_embd));
-    GB_TRY(get_pos_int(root, "num_hidden_layers", 0, path, &cfg->n_layer));
-    GB_TRY(get_pos_int(root, "num_attention_heads", 0, path, &cfg->n_head));
+    GB_TRY(get_pos_int(root, "vocab_size", g ? 262208 : 0, path, &cfg->n_vocab));
+    GB_TRY(get_pos_int(root, "hidden_size", g ? 2304 : 0, path, &cfg->n_embd));
+    GB_TRY(get_pos_int(root, "num_hidden_layers", g ? 26 : 0, path, &cfg->n_layer));
+    GB_TRY(get_pos_int(root, "num_attention_heads", g ? 8 : 0, path, &cfg->n_head));
     const int lfm2 = cfg->arch == ARCH_LFM2; /* its own keys and defaults (Lfm2Config) */
-    GB_TRY(get_pos_int(root, "num_key_value_heads", lfm2 ? 8 : cfg->n_head, path, &cfg->n_head_kv));
+    GB_TRY(get_pos_int(root, "num_key_value_heads", g ? 4 : lfm2 ? 8 : cfg->n_head, path, &cfg->n_head_kv));
     if (lfm2) GB_TRY(read_lfm2(root, path, cfg));
-    else GB_TRY(get_pos_int(root, "intermediate_size", 0, path, &cfg->n_ff));
-    GB_TRY(get_pos_int(root, "max_position_embeddings", lfm2 ? 128000 : 2048, path, &cfg->n_ctx_train));
-    if (cfg->n_embd % cfg->n_head && !json_has(root, "head_dim"))
+    else GB_TRY(get_pos_int(root, "intermediate_size", g ? 9216 : 0, path, &cfg->n_ff));
+    GB_TRY(get_pos_int(root, "max_position_embeddings", g ? 131072 : lfm2 ? 128000 : 2048, path, &cfg->n_ctx_train));
+    if (!g && cfg->n_embd % cfg->n_head && !json_has(root, "head_dim"))
         return err_set(GERBIL_ERR_FORMAT, "%s: hidden_size %d not divisible by num_attention_heads %d",
                        path, cfg->n_embd, cfg->n_head);
-    GB_TRY(get_pos_int(root, "head_dim", cfg->n_embd / cfg->n_head, path, &cfg->head_dim));
+    GB_TRY(get_pos_int(root, "head_dim", g ? 256 : cfg->n_embd / cfg->n_head, path, &cfg->head_dim));
     if (cfg->n_head % cfg->n_head_kv)
         return err_set(GERBIL_ERR_FORMAT, "%s: num_attention_heads %d not a multiple of num_key_value_heads %d",
                        path, cfg->n_head, cfg->n_head_kv);
@@ -364,11 +439,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     cfg->norm_eps = (float)json_get_num(root, eps_key, lfm2 ? 1e-5 : 1e-6);
     if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be positive", path, eps_key);
 
-    const char *act = json_get_str(root, "hidden_act", "silu");
-    if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
-        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (only silu)", path, act);
-
-    cfg->tie_embeddings = json_get_bool(json_has(top, "tie_word_embeddings") ? top : root, "tie_word_embeddings", lfm2);
+    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", json_get_bool(top, "tie_word_embeddings", g || lfm2));
     if (lfm2) cfg->tie_embeddings = json_get_bool(root, "tie_embedding", cfg->tie_embeddings); /* the original key wins */
     int attention_bias = json_get_bool(root, "attention_bias", 0);
     switch (cfg->arch) {
@@ -384,11 +455,13 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
         break;
     case ARCH_QWEN35:
         cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
-        cfg->qk_norm = cfg->norm_zero_centred = cfg->attn_out_gate = 1;
+        cfg->qk_norm = cfg->norm_add_one = cfg->attn_out_gate = 1;
         GB_TRY(read_deltanet(root, path, cfg));
         break;
+    case ARCH_GEMMA3: GB_TRY(read_gemma3(root, path, cfg)); break;
     default: break;
     }
+    if (!g) GB_TRY(parse_act(json_get_str(root, "hidden_act", "silu"), "hidden_act", path, &cfg->act));
 
     const char *dt = json_get_str(root, "torch_dtype", NULL);
     if (!dt) dt = json_get_str(root, "dtype", NULL);
@@ -396,9 +469,9 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
     if (!dt) dt = json_get_str(top, "dtype", "");
     snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt);
 
-    read_bos(top, cfg);
-    read_eos(top, cfg);
-    if (root != top) { read_bos(root, cfg); read_eos(root, cfg); }
+    read_bos(root, cfg);
+    read_eos(root, cfg);
+    if (root != top) { read_bos(top, cfg); read_eos(top, cfg); }
     GB_TRY(read_rope(root, path, cfg));
     GB_TRY(read_layer_types(root, path, cfg));
     GB_TRY(read_mlx_quant(top, path, cfg));

@@ -1,5 +1,6 @@
 /* Hyperparameters of a Llama-family model, read from config.json (and
- * generation_config.json). Architecture deltas are fields, not code paths. */
+ * generation_config.json). Architecture deltas are fields, not code paths; Gemma 3
+ * is the family plus the fields marked "Gemma 3" below. */
 #ifndef GB_MODEL_CONFIG_H
 #define GB_MODEL_CONFIG_H
 
@@ -13,12 +14,16 @@ enum model_arch {
     ARCH_QWEN3,     /* Qwen3ForCausalLM: per-head q/k RMSNorm */
     ARCH_QWEN35,    /* Qwen3_5ForCausalLM / the text of Qwen3_5ForConditionalGeneration:
                        Gated DeltaNet layers + gated full attention */
+    ARCH_GEMMA3,    /* Gemma3ForCausalLM, and the text tower of Gemma3ForConditionalGeneration */
     ARCH_LFM2,      /* Lfm2ForCausalLM (Liquid AI): gated short-convolution layers + attention
                        with per-head q/k norms; its own module names (see llama.c) */
     ARCH_COUNT,
 };
 
 enum rope_type { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN };
+
+/* The feed-forward activation applied to gate before the product with up. */
+enum ffn_act { ACT_SILU = 0, ACT_GELU_TANH /* gelu_pytorch_tanh */ };
 
 struct rope_config {
     enum rope_type type;
@@ -95,9 +100,18 @@ struct model_config {
     uint8_t *layer_kind;       /* [n_layer]: enum layer_kind */
     struct deltanet_config dn; /* when any layer is LAYER_DELTANET */
     struct shortconv_config sc; /* when any layer is LAYER_SHORTCONV */
-    int norm_zero_centred;     /* RMSNorm weights stored as w - 1: the norm multiplies by (1 + w) */
     int attn_out_gate;         /* q_proj also yields a per-head gate: out *= sigmoid(gate) (Qwen3.5) */
     struct rope_config rope;
+    int has_rope_local;        /* Gemma 3: sliding layers rotate with rope_local (own base, no scaling) */
+    struct rope_config rope_local;
+    enum ffn_act act;
+    int norm_add_one;          /* Gemma 3 HF/MLX checkpoints: norms scale by (1 + w); added once at load
+                                  (GGUF files store 1 + w already) */
+    int post_norms;            /* Gemma 3: RMSNorm on the attention output and on the ffn output before each
+                                  residual add; the ffn input norm is pre_feedforward_layernorm */
+    int embd_scale;            /* Gemma 3: embeddings multiplied by sqrt(n_embd) (rounding: see llama.c) */
+    float attn_scale;          /* q.k multiplier; 0: 1/sqrt(head_dim) */
+    float final_softcap;       /* logits = cap * tanh(logits / cap); 0: none */
     char dtype[16];            /* torch_dtype / dtype as declared */
     struct mlx_quant mlx;
     int rope_interleaved;      /* rotate pairs (2i, 2i+1): GGUF "llama" checkpoints, whose

@@ -4,6 +4,7 @@
 #include "io/gguf.h"
 #include "model/config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ static const struct {
     {"qwen2", ARCH_QWEN2},
     {"qwen3", ARCH_QWEN3},
     {"qwen35", ARCH_QWEN35},
+    {"gemma3", ARCH_GEMMA3},
     {"lfm2", ARCH_LFM2},
 };
 
@@ -109,7 +111,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
-                       "(supported: llama, qwen2, qwen3, qwen35, lfm2)", path, arch);
+                       "(supported: llama, qwen2, qwen3, qwen35, gemma3, lfm2)", path, arch);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
 
     uint32_t v;
@@ -156,6 +158,21 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
                            arch, v);
         cfg->sc.kernel = (int)v;
         break;
+    case ARCH_GEMMA3:
+        /* as llama.cpp runs it: the converter stored norms as 1 + w (no offset to add here),
+         * q/k are not permuted (rotate-half), embeddings scale by sqrtf(n_embd) in f32, and
+         * attention by 1/sqrt(head_dim) -- 1/sqrt(n_embd/n_head) for the 62-layer 27B, whose
+         * query_pre_attn_scalar is that (the file does not carry it). */
+        cfg->qk_norm = 1;
+        cfg->post_norms = 1;
+        cfg->embd_scale = 1;
+        cfg->act = ACT_GELU_TANH;
+        cfg->attn_scale = cfg->n_layer == 62 ? 1.0f / sqrtf((float)(cfg->n_embd / cfg->n_head))
+                                             : 1.0f / sqrtf((float)cfg->head_dim);
+        GB_TRY(arch_f32(f, arch, "final_logit_softcapping", 0.0f, &cfg->final_softcap));
+        if (cfg->final_softcap < 0)
+            return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must not be negative", path);
+        break;
     default: break;
     }
 
@@ -195,7 +212,21 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     for (uint64_t i = 0; kv_per_layer && i < kv_per_layer->arr_n; i++)
         if (gguf_arr_int(kv_per_layer, i) == 0) cfg->layer_kind[i] = LAYER_SHORTCONV;
     GB_TRY(arch_u32_x(f, arch, "attention.sliding_window", 0, OPTIONAL_ZERO_OK, path, &v));
-    if (v) {
+    if (v && cfg->arch == ARCH_GEMMA3) {
+        /* llama.cpp: layer il slides when il % pattern < pattern - 1 (pattern 6 unless the file
+         * says otherwise); sliding layers rotate with freq_base_swa (default 10000), unscaled */
+        cfg->sliding_window = (int)v;
+        uint32_t pattern;
+        GB_TRY(arch_u32(f, arch, "attention.sliding_window_pattern", 6, path, &pattern));
+        for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = (uint32_t)i % pattern < pattern - 1;
+        float base_swa;
+        GB_TRY(arch_f32(f, arch, "rope.freq_base_swa", 10000.0f, &base_swa));
+        if (!(base_swa > 1.0f)) return err_set(GERBIL_ERR_FORMAT, "%s: rope.freq_base_swa must be > 1", path);
+        cfg->has_rope_local = 1;
+        cfg->rope_local = (struct rope_config){
+            .type = ROPE_DEFAULT, .theta = base_swa, .factor = 1.0, .n_dims = r->n_dims, .max_pos = r->max_pos,
+        };
+    } else if (v) {
         cfg->sliding_window = (int)v;
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
     }

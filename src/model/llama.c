@@ -1,7 +1,11 @@
-/* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm), and the
- * hybrids built on it (Qwen3.5: DeltaNet layers; LFM2: short-convolution layers). One
- * forward; the differences are config fields, per-layer kinds and module names. */
+/* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm),
+ * Gemma 3 (q/k norm, (1 + w) norms, norms after attention and ffn, scaled embeddings,
+ * GELU-tanh, a RoPE of their own for sliding layers, logit soft-capping) and the hybrids
+ * Qwen3.5 (Gated DeltaNet layers beside gated attention, deltanet.c) and LFM2 (gated
+ * short-convolution layers beside attention with q/k norms, shortconv.c).
+ * One forward; the differences are config fields, per-layer kinds and module names. */
 #include "model/model.h"
+#include "base/fp16.h"
 #include "base/status.h"
 #include "model/rope.h"
 
@@ -49,12 +53,13 @@ gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float a
     return GERBIL_OK;
 }
 
-/* Qwen3.5's RMSNorms multiply by (1 + w) and Hugging Face checkpoints store w; MLX
- * conversions (mlx-lm sanitize) and GGUF conversions store 1 + w. MLX conversions are
+/* Norms that scale by (1 + w) (Gemma 3, Qwen3.5): checkpoints store w and torch adds 1.0 to
+ * the f32 weight on every call; adding it once at load gives the same f32 numbers. GGUF
+ * conversions store 1 + w already, and so do MLX conversions of Qwen3.5 (mlx-lm's sanitize),
  * recognised by their conv1d kernels in MLX layout [C, K, 1] (Hugging Face: [C, 1, K]). */
 static float norm_offset(const struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
-    if (!c->norm_zero_centred || m->src.is_gguf) return 0.0f;
+    if (!c->norm_add_one || m->src.is_gguf) return 0.0f;
     char name[128];
     for (int l = 0; l < c->n_layer; l++) {
         if (c->layer_kind[l] != LAYER_DELTANET) continue;
@@ -66,18 +71,38 @@ static float norm_offset(const struct gerbil_model *m) {
     return 1.0f;
 }
 
+/* transformers multiplies the embeddings by hidden_size ** 0.5 cast to the embedding
+ * weight's dtype (bf16: sqrt(3072) = 55.4256 becomes 55.5); llama.cpp by sqrtf(n_embd). */
+static float embedding_scale(const struct gerbil_model *m) {
+    float s = (float)sqrt((double)m->cfg.n_embd);
+    if (m->src.is_gguf) return sqrtf((float)m->cfg.n_embd);
+    enum gb_type t = m->tok_embd.kind == GB_WEIGHT_MLX ? m->tok_embd.sb_type : m->tok_embd.type;
+    if (t == GB_TYPE_BF16) return bf16_to_f32(f32_to_bf16(s));
+    if (t == GB_TYPE_F16) return f16_to_f32(f32_to_f16(s));
+    return s;
+}
+
 /* Module names of an architecture's checkpoints, Hugging Face spelling (GGUF files are
  * asked by the same names; weights.c translates them). Layer modules are relative to
- * model.layers.N. */
+ * model.layers.N; attn_post / ffn_post only with post_norms. */
 struct module_names {
     const char *final_norm;
-    const char *attn_norm, *ffn_norm;
+    const char *attn_norm, *ffn_norm, *attn_post, *ffn_post;
     const char *q, *k, *v, *o, *q_norm, *k_norm;
     const char *gate, *up, *down;
 };
 
 static const struct module_names llama_names = {
     .final_norm = "model.norm", .attn_norm = "input_layernorm", .ffn_norm = "post_attention_layernorm",
+    .q = "self_attn.q_proj", .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.o_proj",
+    .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm",
+    .gate = "mlp.gate_proj", .up = "mlp.up_proj", .down = "mlp.down_proj",
+};
+
+/* Gemma 3: a norm before and after each of attention and the feed-forward. */
+static const struct module_names gemma3_names = {
+    .final_norm = "model.norm", .attn_norm = "input_layernorm", .ffn_norm = "pre_feedforward_layernorm",
+    .attn_post = "post_attention_layernorm", .ffn_post = "post_feedforward_layernorm",
     .q = "self_attn.q_proj", .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.o_proj",
     .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm",
     .gate = "mlp.gate_proj", .up = "mlp.up_proj", .down = "mlp.down_proj",
@@ -93,12 +118,17 @@ static const struct module_names lfm2_names = {
     .gate = "feed_forward.w1", .up = "feed_forward.w3", .down = "feed_forward.w2",
 };
 
+static const struct module_names *module_names_for(const struct model_config *c) {
+    if (c->arch == ARCH_LFM2) return &lfm2_names;
+    return c->post_norms ? &gemma3_names : &llama_names;
+}
+
 gerbil_status llama_bind_weights(struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
     /* Upper bound of f32 vector elements: norms, biases, q/k norms, DeltaNet vectors. */
-    size_t per_layer = (size_t)(2 * D + Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c) +
+    size_t per_layer = (size_t)(4 * D + 2 * Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c) +
                        shortconv_f32_floats(c);
     size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
     m->f32_store = malloc(total * sizeof(float));
@@ -107,7 +137,7 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
 
     GB_TRY(bind_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
-    const struct module_names *nm = c->arch == ARCH_LFM2 ? &lfm2_names : &llama_names;
+    const struct module_names *nm = module_names_for(c);
     char name[256];
     snprintf(name, sizeof name, "%s.weight", nm->final_norm);
     GB_TRY(bind_vector(&b, name, D, b.norm_add, &m->out_norm));
@@ -119,12 +149,17 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
                            "(config.json says tie_word_embeddings is false)");
         GB_TRY(bind_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
     }
+    m->embd_scale = c->embd_scale ? embedding_scale(m) : 0.0f;
 
 #define NAME(mod, what) (snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, nm->mod, what), name)
     for (int l = 0; l < c->n_layer; l++) {
         struct layer_weights *w = &m->layers[l];
         GB_TRY(bind_vector(&b, NAME(attn_norm, "weight"), D, b.norm_add, &w->attn_norm));
         GB_TRY(bind_vector(&b, NAME(ffn_norm, "weight"), D, b.norm_add, &w->ffn_norm));
+        if (c->post_norms) {                                          /* Gemma 3 */
+            GB_TRY(bind_vector(&b, NAME(attn_post, "weight"), D, b.norm_add, &w->attn_post_norm));
+            GB_TRY(bind_vector(&b, NAME(ffn_post, "weight"), D, b.norm_add, &w->ffn_post_norm));
+        }
         GB_TRY(bind_matrix(&b, NAME(gate, "weight"), F, D, &w->w_gate));
         GB_TRY(bind_matrix(&b, NAME(up, "weight"), F, D, &w->w_up));
         GB_TRY(bind_matrix(&b, NAME(down, "weight"), D, F, &w->w_down));
@@ -163,7 +198,7 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
 /* ---- forward ---- */
 
 /* Self-attention of layer l over the KV cache: xn (normed input) -> xn (output). */
-static void attention_block(struct gerbil_session *s, int l, int n, float rope_scale) {
+static void attention_block(struct gerbil_session *s, int l, int n, const float rope_scale[2]) {
     const struct model_config *c = &s->model->cfg;
     const struct layer_weights *w = &s->model->layers[l];
     struct backend *be = &s->be;
@@ -189,8 +224,11 @@ static void attention_block(struct gerbil_session *s, int l, int n, float rope_s
         op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
         op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
     }
-    rope(s->q, s->pos, s->inv_freq, rope_scale, n, c->n_head, hd, c->rope.n_dims);
-    rope(s->k, s->pos, s->inv_freq, rope_scale, n, c->n_head_kv, hd, c->rope.n_dims);
+    const int local = c->has_rope_local && c->layer_sliding[l];      /* Gemma: sliding layers' RoPE */
+    const struct rope_config *rc = local ? &c->rope_local : &c->rope;
+    const float *inv_freq = local ? s->inv_freq_local : s->inv_freq;
+    rope(s->q, s->pos, inv_freq, rope_scale[local], n, c->n_head, hd, rc->n_dims);
+    rope(s->k, s->pos, inv_freq, rope_scale[local], n, c->n_head_kv, hd, rc->n_dims);
     op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);      /* cache k, v */
     op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
     struct attn_args aa = {
@@ -198,21 +236,29 @@ static void attention_block(struct gerbil_session *s, int l, int n, float rope_s
         .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
         .n_head_kv = c->n_head_kv, .head_dim = hd,
         .window = c->layer_sliding[l] ? c->sliding_window : 0,
-        .scale = 1.0f / sqrtf((float)hd), .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
+        .scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd),
+        .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
     };
     op_attention(be, &aa);                                           /* att = softmax(q k^T) v */
     if (c->attn_out_gate) op_sigmoid_mul(be, s->att, s->att, s->gate, (long)n * Q);
     op_matmul(be, xn, s->att, &w->wo, w->bo, n);                     /* xn = att Wo^T */
+    if (w->attn_post_norm)                                           /* Gemma: xn = norm(xn) */
+        op_rmsnorm(be, xn, xn, w->attn_post_norm, c->norm_eps, n, c->n_embd);
 }
 
-/* SwiGLU feed-forward of layer l: xn (normed input) -> xn (output). */
+/* Gated feed-forward of layer l (SwiGLU, or GELU-tanh for Gemma): xn (normed input) -> xn. */
 static void ffn_block(struct gerbil_session *s, int l, int n) {
+    const struct model_config *c = &s->model->cfg;
     const struct layer_weights *w = &s->model->layers[l];
     struct backend *be = &s->be;
+    const long nf = (long)n * c->n_ff;
     op_matmul(be, s->gate, s->xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
     op_matmul(be, s->up, s->xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
-    op_silu_mul(be, s->gate, s->gate, s->up, (long)n * s->model->cfg.n_ff); /* gate = silu(gate) * up */
+    if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, s->gate, s->gate, s->up, nf);
+    else op_silu_mul(be, s->gate, s->gate, s->up, nf);               /* gate = act(gate) * up */
     op_matmul(be, s->xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+    if (w->ffn_post_norm)                                            /* Gemma: xn = norm(xn) */
+        op_rmsnorm(be, s->xn, s->xn, w->ffn_post_norm, c->norm_eps, n, c->n_embd);
 }
 
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all) {
@@ -224,11 +270,13 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     GB_ASSERT(n >= 1 && n <= s->n_batch && pos0 + n <= s->n_ctx);
 
     for (int t = 0; t < n; t++) s->pos[t] = pos0 + t;
-    float rope_scale;
-    rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale);
+    float rope_scale[2] = {1.0f, 1.0f};                              /* [global, local] */
+    rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale[0]);
+    if (c->has_rope_local) rope_freqs(&c->rope_local, pos0 + n, s->inv_freq_local, &rope_scale[1]);
 
     float *x = s->x, *xn = s->xn;
     op_get_rows(be, x, &m->tok_embd, ids, n);                        /* x = embed(ids) */
+    if (m->embd_scale != 0.0f) op_scale(be, x, m->embd_scale, (long)n * D); /* Gemma: x *= sqrt(D) */
 
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
@@ -250,5 +298,7 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     const int n_rows = all ? n : 1;
     op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);   /* final norm */
     op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);            /* logits = xn E^T */
+    if (c->final_softcap > 0.0f)                                     /* cap tanh(logits / cap) */
+        op_softcap(be, logits, c->final_softcap, (long)n_rows * c->n_vocab);
     return GERBIL_OK;
 }

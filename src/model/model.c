@@ -125,6 +125,10 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
                  n_dn ? "Gated DeltaNet" : "short conv", c->n_layer - n_dn - n_sc, (double)state * 4 / 1048576.0);
     double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
     const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+    char local[96] = "";
+    if (c->has_rope_local)
+        snprintf(local, sizeof local, "; sliding layers %s, theta %g, factor %g", rope_names[c->rope_local.type],
+                 c->rope_local.theta, c->rope_local.factor);
     snprintf(buf, cap,
              "architecture:   %s\n"
              "parameters:     %lld (%.2f M)\n"
@@ -135,7 +139,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              "heads:          %d (kv %d, head_dim %d)\n"
              "vocab:          %d\n"
              "context:        %d (trained)\n"
-             "rope:           %s, theta %g, factor %g, %d rotary dims\n"
+             "rope:           %s, theta %g, factor %g, %d rotary dims%s\n"
              "sliding window: %d\n"
              "tied embedding: %s\n"
              "weights:        %.1f MiB (read in their stored format)\n"
@@ -143,7 +147,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              "memory needed:  %.1f MiB (weights + f16 kv cache at %d tokens)\n",
              c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, kinds, c->n_embd, c->n_ff,
              c->n_head, c->n_head_kv, c->head_dim, c->n_vocab, c->n_ctx_train, rope_names[c->rope.type],
-             c->rope.theta, c->rope.factor, c->rope.n_dims, c->sliding_window, c->tie_embeddings ? "yes" : "no",
+             c->rope.theta, c->rope.factor, c->rope.n_dims, local, c->sliding_window, c->tie_embeddings ? "yes" : "no",
              m->weight_bytes / 1048576.0, kv16 / 1048576.0, n_ctx, kv_bytes_per_token(c, 2) / 1024.0,
              (m->weight_bytes + kv16) / 1048576.0, n_ctx);
     return GERBIL_OK;
@@ -279,9 +283,10 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         s->attn_scratch = malloc((size_t)tp_n_threads(m->tp) * n_ctx * sizeof(float));
         if (s->be.work_size) s->be.work = malloc(s->be.work_size);
         s->inv_freq = malloc((size_t)c->rope.n_dims / 2 * sizeof(float));
+        if (c->has_rope_local) s->inv_freq_local = malloc((size_t)c->rope_local.n_dims / 2 * sizeof(float));
         s->pos = malloc(B * sizeof(int32_t));
         ok = s->x && s->xn && s->q && s->att && s->k && s->v && s->gate && s->up && s->attn_scratch &&
-             s->inv_freq && s->pos && (!s->be.work_size || s->be.work);
+             s->inv_freq && (!c->has_rope_local || s->inv_freq_local) && s->pos && (!s->be.work_size || s->be.work);
     }
     if (!ok) {
         gerbil_session_free(s);
@@ -300,7 +305,7 @@ void gerbil_session_free(gerbil_session_t s) {
     free(s->k_cache);
     free(s->v_cache);
     free(s->x); free(s->xn); free(s->q); free(s->att); free(s->k); free(s->v);
-    free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->pos); free(s->be.work);
+    free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->inv_freq_local); free(s->pos); free(s->be.work);
     free(s->rstate); free(s->ckpt); free(s->conv_state); free(s->delta_state);
     free(s->qg); free(s->dn_in); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_g); free(s->dn_beta);
     free(s->dn_scratch); free(s->sc_in); free(s->sc_bx); free(s->sc_conv);

@@ -15,7 +15,9 @@ struct layer_weights {
     struct gb_weight wo;       /* (n_embd, n_head * head_dim) */
     const float *bq, *bk, *bv, *bo;   /* biases or NULL */
     const float *q_norm, *k_norm;     /* (head_dim) Qwen3, else NULL */
-    const float *ffn_norm;            /* (n_embd) */
+    const float *attn_post_norm;      /* (n_embd) Gemma 3: on the attention output, else NULL */
+    const float *ffn_norm;            /* (n_embd) before the ffn (Gemma 3: pre_feedforward_layernorm) */
+    const float *ffn_post_norm;       /* (n_embd) Gemma 3: on the ffn output, else NULL */
     struct gb_weight w_gate;   /* (n_ff, n_embd) */
     struct gb_weight w_up;     /* (n_ff, n_embd) */
     struct gb_weight w_down;   /* (n_embd, n_ff) */
@@ -44,6 +46,7 @@ struct gerbil_model {
     struct gb_weight tok_embd;        /* (n_vocab, n_embd) */
     const float *out_norm;            /* (n_embd) */
     struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
+    float embd_scale;                 /* embeddings multiplied by this (Gemma 3); 0: not scaled */
     struct layer_weights *layers;     /* [n_layer] */
     float *f32_store;                 /* norms and biases converted to f32, one block */
     size_t weight_bytes;
@@ -73,6 +76,7 @@ struct gerbil_session {
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
     float *sc_in, *sc_bx, *sc_conv;   /* (n_batch, 3 * n_embd), (n_batch, n_embd) x2: short conv */
     float *inv_freq;                  /* (rope n_dims / 2) */
+    float *inv_freq_local;            /* (rope_local n_dims / 2) when the model has a sliding-layer RoPE */
     int32_t *pos;                     /* (n_batch) */
 };
 

@@ -10,6 +10,10 @@
  * arch ARCH_COUNT: every architecture. The first row matching (arch, module) wins. */
 static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN35},
+    /* Gemma 2/3 keep a norm after attention, so the ffn norm is the one before the feed-forward */
+    {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA3},
+    {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA3},
+    {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA3},
     {"input_layernorm", "attn_norm", ARCH_COUNT},
     {"self_attn.q_proj", "attn_q", ARCH_COUNT},
     {"self_attn.k_proj", "attn_k", ARCH_COUNT},

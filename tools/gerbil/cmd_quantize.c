@@ -20,7 +20,14 @@
  *     Q6_K -> Q8_0 (as llama-quantize), then F16 when still not a multiple of 32.
  *     Each fallback is reported on stderr.
  * The k-quant quantizers are gerbil's reference ones (tensor/quant_ref.h), not
- * bit-identical to llama.cpp's. */
+ * bit-identical to llama.cpp's.
+ *
+ * Gemma 3 (Gemma3ForCausalLM) is written as llama.cpp's "gemma3": norms stored as 1 + w
+ * (added in f32, where llama.cpp's converter adds in the checkpoint dtype), the Gemma
+ * names of the four layer norms, rope.freq_base for the global layers and
+ * rope.freq_base_swa for the sliding ones, attention.sliding_window(_pattern). The file has
+ * no key for the attention scale (llama.cpp uses 1/sqrt(head_dim)), so a model whose
+ * query_pre_attn_scalar says otherwise is refused. */
 #include "cli.h"
 
 #include "base/fp16.h"
@@ -59,7 +66,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3, Qwen3.5 text, LFM2) into OUT.\n\n"
+            "Qwen2, Qwen3, Qwen3.5 text, Gemma 3 text, LFM2) into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -70,32 +77,50 @@ static void help(FILE *f) {
 }
 
 /* ---- tensor names (Hugging Face -> GGUF), as llama.cpp's converter ---- */
-/* Per layer, in llama.cpp's order. sfx: "weight"/"bias" variants are tried; NULL: the
- * name has no suffix (a bare parameter). qwen35: only for ARCH_QWEN35 (1), never (-1). */
-static const struct { const char *hf, *gguf; int qwen35; int bare; } layer_names[] = {
-    {"input_layernorm", "attn_norm", 0, 0},
-    {"self_attn.q_proj", "attn_q", 0, 0},       {"self_attn.k_proj", "attn_k", 0, 0},
-    {"self_attn.v_proj", "attn_v", 0, 0},       {"self_attn.o_proj", "attn_output", 0, 0},
-    {"self_attn.q_norm", "attn_q_norm", 0, 0},  {"self_attn.k_norm", "attn_k_norm", 0, 0},
-    {"linear_attn.in_proj_qkv", "attn_qkv", 1, 0}, {"linear_attn.in_proj_z", "attn_gate", 1, 0},
-    {"linear_attn.in_proj_b", "ssm_beta", 1, 0},   {"linear_attn.in_proj_a", "ssm_alpha", 1, 0},
-    {"linear_attn.conv1d", "ssm_conv1d", 1, 0},    {"linear_attn.dt_bias", "ssm_dt.bias", 1, 1},
-    {"linear_attn.A_log", "ssm_a", 1, 1},          {"linear_attn.norm", "ssm_norm", 1, 0},
-    {"linear_attn.out_proj", "ssm_out", 1, 0},
+/* Per layer, in llama.cpp's order. arch -1: every architecture unless a row for the same
+ * module names the model's architecture; bare: no .weight/.bias suffix (a parameter). */
+static const struct { const char *hf, *gguf; int arch; int bare; } layer_names[] = {
+    {"input_layernorm", "attn_norm", -1, 0},
+    {"self_attn.q_proj", "attn_q", -1, 0},       {"self_attn.k_proj", "attn_k", -1, 0},
+    {"self_attn.v_proj", "attn_v", -1, 0},       {"self_attn.o_proj", "attn_output", -1, 0},
+    {"self_attn.q_norm", "attn_q_norm", -1, 0},  {"self_attn.k_norm", "attn_k_norm", -1, 0},
+    {"linear_attn.in_proj_qkv", "attn_qkv", ARCH_QWEN35, 0}, {"linear_attn.in_proj_z", "attn_gate", ARCH_QWEN35, 0},
+    {"linear_attn.in_proj_b", "ssm_beta", ARCH_QWEN35, 0},   {"linear_attn.in_proj_a", "ssm_alpha", ARCH_QWEN35, 0},
+    {"linear_attn.conv1d", "ssm_conv1d", ARCH_QWEN35, 0},    {"linear_attn.dt_bias", "ssm_dt.bias", ARCH_QWEN35, 1},
+    {"linear_attn.A_log", "ssm_a", ARCH_QWEN35, 1},          {"linear_attn.norm", "ssm_norm", ARCH_QWEN35, 0},
+    {"linear_attn.out_proj", "ssm_out", ARCH_QWEN35, 0},
     {"post_attention_layernorm", "ffn_norm", -1, 0},
-    {"post_attention_layernorm", "post_attention_norm", 1, 0},
-    {"mlp.gate_proj", "ffn_gate", 0, 0},        {"mlp.up_proj", "ffn_up", 0, 0},
-    {"mlp.down_proj", "ffn_down", 0, 0},
-    /* LFM2 (llama.cpp arch lfm2); these module names occur in no other architecture */
-    {"operator_norm", "attn_norm", -1, 0},
-    {"self_attn.q_layernorm", "attn_q_norm", -1, 0}, {"self_attn.k_layernorm", "attn_k_norm", -1, 0},
-    {"self_attn.out_proj", "attn_output", -1, 0},
-    {"conv.conv", "shortconv.conv", -1, 0},         {"conv.in_proj", "shortconv.in_proj", -1, 0},
-    {"conv.out_proj", "shortconv.out_proj", -1, 0},
-    {"ffn_norm", "ffn_norm", -1, 0},
-    {"feed_forward.w1", "ffn_gate", -1, 0},         {"feed_forward.w3", "ffn_up", -1, 0},
-    {"feed_forward.w2", "ffn_down", -1, 0},
+    {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN35, 0},
+    /* Gemma 2/3 keep a norm after attention, so the ffn norm is the one before the feed-forward */
+    {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA3, 0},
+    {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA3, 0},
+    {"mlp.gate_proj", "ffn_gate", -1, 0},        {"mlp.up_proj", "ffn_up", -1, 0},
+    {"mlp.down_proj", "ffn_down", -1, 0},
+    {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA3, 0},
+    /* LFM2 (llama.cpp arch lfm2) */
+    {"operator_norm", "attn_norm", ARCH_LFM2, 0},
+    {"self_attn.q_layernorm", "attn_q_norm", ARCH_LFM2, 0}, {"self_attn.k_layernorm", "attn_k_norm", ARCH_LFM2, 0},
+    {"self_attn.out_proj", "attn_output", ARCH_LFM2, 0},
+    {"conv.conv", "shortconv.conv", ARCH_LFM2, 0},         {"conv.in_proj", "shortconv.in_proj", ARCH_LFM2, 0},
+    {"conv.out_proj", "shortconv.out_proj", ARCH_LFM2, 0},
+    {"ffn_norm", "ffn_norm", ARCH_LFM2, 0},
+    {"feed_forward.w1", "ffn_gate", ARCH_LFM2, 0},         {"feed_forward.w3", "ffn_up", ARCH_LFM2, 0},
+    {"feed_forward.w2", "ffn_down", ARCH_LFM2, 0},
 };
+
+static int layer_name_applies(size_t i, enum model_arch arch) {
+    if (layer_names[i].arch >= 0) return layer_names[i].arch == (int)arch;
+    for (size_t j = 0; j < sizeof layer_names / sizeof layer_names[0]; j++)
+        if (layer_names[j].arch == (int)arch && !strcmp(layer_names[j].hf, layer_names[i].hf)) return 0;
+    return 1;
+}
+
+/* RMSNorm weights (not the DeltaNet's gated norm, which scales by w). */
+static int is_norm(const char *module) {
+    size_t n = strlen(module);
+    return (n >= 9 && !strcmp(module + n - 9, "layernorm")) || !strcmp(module, "self_attn.q_norm") ||
+           !strcmp(module, "self_attn.k_norm");
+}
 
 /* How a tensor's values change on the way to GGUF (llama.cpp's converter). */
 struct xform {
@@ -278,15 +303,12 @@ static int64_t *v_head_order(struct qctx *q, int64_t n, int64_t first, int width
     return m;
 }
 
-/* The changes a Qwen3.5 layer tensor needs (hf: the module path after the layer). */
-static struct xform qwen35_xform(struct qctx *q, const char *module, const struct gb_tensor *t, float norm_add) {
+/* The changes a Qwen3.5 DeltaNet tensor needs (module: the path after the layer). */
+static struct xform qwen35_xform(struct qctx *q, const char *module, const struct gb_tensor *t) {
     const struct deltanet_config *d = &q->cfg.dn;
     struct xform x = {0};
     const int64_t key2 = 2 * (int64_t)d->n_k_heads * d->k_dim;
-    if (!strcmp(module, "input_layernorm") || !strcmp(module, "post_attention_layernorm") ||
-        !strcmp(module, "self_attn.q_norm") || !strcmp(module, "self_attn.k_norm"))
-        x.add = norm_add;
-    else if (!strcmp(module, "linear_attn.A_log")) {
+    if (!strcmp(module, "linear_attn.A_log")) {
         x.neg_exp = 1;
         x.col_src = v_head_order(q, t->ne[0], 0, 1);
     } else if (!strcmp(module, "linear_attn.dt_bias"))
@@ -503,9 +525,50 @@ static const char *gguf_arch(enum model_arch a) {
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
     case ARCH_QWEN35: return "qwen35";
+    case ARCH_GEMMA3: return "gemma3";
     case ARCH_LFM2: return "lfm2";
     default: return "llama";
     }
+}
+
+/* The period p of llama.cpp's rule "layer i slides when i % p < p - 1" that gives the
+ * model's sliding layers; 0 when none does. */
+static uint32_t swa_period(const struct model_config *c) {
+    for (int p = 1; p <= c->n_layer + 1; p++) {
+        int ok = 1;
+        for (int i = 0; ok && i < c->n_layer; i++) ok = c->layer_sliding[i] == (i % p < p - 1);
+        if (ok) return (uint32_t)p;
+    }
+    return 0;
+}
+
+/* Gemma 3's keys beyond the common ones (see the top of the file). */
+static gerbil_status gemma3_keys(struct qctx *q, struct gguf_writer *w, const char *arch) {
+    const struct model_config *c = &q->cfg;
+    char key[128];
+    float llama_scale = c->n_layer == 62 ? 1.0f / sqrtf((float)(c->n_embd / c->n_head)) : 1.0f / sqrtf((float)c->head_dim);
+    if (fabsf(c->attn_scale - llama_scale) > 1e-6f * llama_scale)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: query_pre_attn_scalar gives the attention scale %g, but a GGUF "
+                       "gemma3 file is run with %g (1/sqrt(head_dim)) and has no key for it", q->in,
+                       (double)c->attn_scale, (double)llama_scale);
+    if (c->rope_local.type != ROPE_DEFAULT || c->rope_local.n_dims != c->rope.n_dims)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: the sliding layers' RoPE has scaling or a partial rotary "
+                       "factor; GGUF gemma3 has only rope.freq_base_swa", q->in);
+    snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+    GB_TRY(gguf_writer_add_f32(w, key, (float)c->rope_local.theta));
+    if (c->sliding_window) {
+        uint32_t p = swa_period(c);
+        if (!p)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: the sliding layers do not follow llama.cpp's periodic "
+                           "pattern (layer i slides when i %% p < p - 1)", q->in);
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        GB_TRY(gguf_writer_add_u32(w, key, p));
+    }
+    if (c->final_softcap > 0) {
+        snprintf(key, sizeof key, "%s.final_logit_softcapping", arch);
+        GB_TRY(gguf_writer_add_f32(w, key, c->final_softcap));
+    }
+    return GERBIL_OK;
 }
 
 static gerbil_status write_gguf(struct qctx *q) {
@@ -583,6 +646,7 @@ static gerbil_status write_gguf(struct qctx *q) {
             (st = gguf_writer_add_u32(w, KEY("shortconv.l_cache"), (uint32_t)c->sc.kernel)))
             goto out;
     }
+    if (c->arch == ARCH_GEMMA3 && (st = gemma3_keys(q, w, arch))) goto out;
 #undef KEY
     if ((st = gguf_tokenizer(q, w))) goto out;
 
@@ -597,26 +661,25 @@ static gerbil_status write_gguf(struct qctx *q) {
     const struct xform none = {0};
     if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, &none, ++idx, total))) goto out;
     int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL, is35 = c->arch == ARCH_QWEN35;
-    /* zero-centred norms: GGUF stores 1 + w (unless the source is in MLX layout already) */
-    float norm_add = 0;
-    if (is35) {
-        norm_add = 1;
-        for (int l = 0; l < c->n_layer; l++) {
-            snprintf(hname, sizeof hname, "model.layers.%d.linear_attn.conv1d.weight", l);
-            const struct gb_tensor *cv = st_checkpoint_find(&q->ck, hname);
-            if (cv) { norm_add = cv->n_dims == 3 && cv->ne[2] == 1 && cv->ne[1] > 1 ? 0 : 1; break; }
-        }
+    /* norms that scale by 1 + w (Gemma 3, Qwen3.5): GGUF stores the sum; a Qwen3.5 source in
+     * MLX layout (conv kernels [C, K, 1]) has it already */
+    float norm_add = c->norm_add_one ? 1.0f : 0.0f;
+    for (int l = 0; is35 && l < c->n_layer; l++) {
+        snprintf(hname, sizeof hname, "model.layers.%d.linear_attn.conv1d.weight", l);
+        const struct gb_tensor *cv = st_checkpoint_find(&q->ck, hname);
+        if (cv) { norm_add = cv->n_dims == 3 && cv->ne[2] == 1 && cv->ne[1] > 1 ? 0 : 1; break; }
     }
     for (int l = 0; l < c->n_layer; l++)
         for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
             for (int b = 0; b < 2; b++) {
-                if ((layer_names[i].qwen35 == 1 && !is35) || (layer_names[i].qwen35 == -1 && is35)) continue;
+                if (!layer_name_applies(i, c->arch)) continue;
                 if (layer_names[i].bare && b) continue;
                 const char *sfx = layer_names[i].bare ? "" : b ? ".bias" : ".weight";
                 snprintf(hname, sizeof hname, "model.layers.%d.%s%s", l, layer_names[i].hf, sfx);
                 if (!(t = find_mark(q, hname))) continue;
                 snprintf(gname, sizeof gname, "blk.%d.%s%s", l, layer_names[i].gguf, sfx);
-                struct xform x = is35 ? qwen35_xform(q, layer_names[i].hf, t, norm_add) : none;
+                struct xform x = is35 ? qwen35_xform(q, layer_names[i].hf, t) : none;
+                if (is_norm(layer_names[i].hf)) x.add = norm_add;
                 if (perm && !strcmp(layer_names[i].gguf, "attn_q")) x.perm_heads = c->n_head;
                 if (perm && !strcmp(layer_names[i].gguf, "attn_k")) x.perm_heads = c->n_head_kv;
                 if ((st = gguf_tensor(q, w, t, gname, l, &x, ++idx, total))) goto out;

@@ -146,3 +146,19 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n) {
 #endif
     axpy_f16_ref(y, a, v, n);
 }
+
+/* ---- element-wise activations ----------------------------------------------------- */
+
+void gelu_tanh_mul(float *y, const float *g, const float *u, long n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { gelu_tanh_mul_avx2(y, g, u, n); return; }
+#endif
+    gelu_tanh_mul_ref(y, g, u, n);
+}
+
+void softcap(float *x, float cap, long n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { softcap_avx2(x, cap, n); return; }
+#endif
+    softcap_ref(x, cap, n);
+}

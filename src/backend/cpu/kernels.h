@@ -37,6 +37,15 @@ void axpy_f32(float *y, float a, const float *v, int n);
 void axpy_f16_ref(float *y, float a, const uint16_t *v, int n);
 void axpy_f16(float *y, float a, const uint16_t *v, int n);
 
+/* Element-wise activations. Each element's result depends on its inputs alone (never on
+ * n or on where a range starts), so splitting a vector over threads changes no bit. */
+/* y[i] = gelu_tanh(g[i]) * u[i] (see op_gelu_tanh_mul); y may alias g or u. */
+void gelu_tanh_mul_ref(float *y, const float *g, const float *u, long n);
+void gelu_tanh_mul(float *y, const float *g, const float *u, long n);
+/* x[i] = cap * tanh(x[i] / cap), in place. */
+void softcap_ref(float *x, float cap, long n);
+void softcap(float *x, float cap, long n);
+
 /* ---- any weight format (tensor/weight.h): plain, GGML blocks, MLX affine ---- */
 struct gb_weight;
 /* The oracle: each row dequantized with weight_get_row, products summed in double. */

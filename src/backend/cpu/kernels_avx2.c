@@ -333,3 +333,79 @@ void axpy_f16_avx2(float *y, float a, const uint16_t *v, int n) {
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8_w(v, (size_t)i, GB_TYPE_F16), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(a, f16_to_f32(v[i]), y[i]);
 }
+
+/* ---- element-wise activations ---------------------------------------------------- */
+
+/* e^x, x clamped to [-87, 88] (the f32 normal range): x = k ln2 + r with |r| <= ln2/2
+ * (ln2 split in two so k ln2 is exact enough), e^r by its Taylor series to r^7
+ * (truncation < 1e-8 relative), times 2^k built in the exponent bits. */
+static ALWAYS_INLINE __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* 0.5 x (1 + tanh(z)) = x / (1 + e^(-2z)): one exp, no cancellation near z = 0. */
+static ALWAYS_INLINE __m256 gelu_tanh_mul8(__m256 x, __m256 u) {
+    const __m256 k = _mm256_set1_ps(0.7978845608f); /* sqrt(2/pi) */
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 z = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), z));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+/* tanh(t): odd Taylor polynomial to t^9 where |t| < 0.125 (error < 1e-11 relative), else
+ * sign(t) (1 - e)/(1 + e) with e = e^(-2|t|). */
+static ALWAYS_INLINE __m256 tanh8(__m256 t) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 a = _mm256_andnot_ps(sign, t);
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), a));
+    __m256 big = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), e), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    big = _mm256_or_ps(big, _mm256_and_ps(sign, t));
+    __m256 t2 = _mm256_mul_ps(t, t);
+    __m256 p = _mm256_set1_ps(62.0f / 2835.0f);
+    p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(-17.0f / 315.0f));
+    p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(2.0f / 15.0f));
+    p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(-1.0f / 3.0f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, t2), t, t);
+    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.125f), _CMP_LT_OQ));
+}
+
+/* The last n % 8 elements go through the same vector code from a padded copy, so an
+ * element's value never depends on whether it fell in the body or the tail. */
+void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) {
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, gelu_tanh_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float gb[8] = {0}, ub[8] = {0}, yb[8];
+        for (long j = i; j < n; j++) { gb[j - i] = g[j]; ub[j - i] = u[j]; }
+        _mm256_storeu_ps(yb, gelu_tanh_mul8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
+        for (long j = i; j < n; j++) y[j] = yb[j - i];
+    }
+}
+
+void softcap_avx2(float *x, float cap, long n) {
+    const __m256 c = _mm256_set1_ps(cap);
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(c, tanh8(_mm256_div_ps(_mm256_loadu_ps(x + i), c))));
+    if (i < n) {
+        float b[8] = {0};
+        for (long j = i; j < n; j++) b[j - i] = x[j];
+        _mm256_storeu_ps(b, _mm256_mul_ps(c, tanh8(_mm256_div_ps(_mm256_loadu_ps(b), c))));
+        for (long j = i; j < n; j++) x[j] = b[j - i];
+    }
+}

@@ -6,6 +6,7 @@
 #include "base/fp16.h"
 #include "base/status.h"
 
+#include <math.h>
 #include <stddef.h>
 
 /* Element i of a weight row of type t, as f32 (exact for all three types). */
@@ -56,4 +57,18 @@ void axpy_f32_ref(float *y, float a, const float *v, int n) {
 
 void axpy_f16_ref(float *y, float a, const uint16_t *v, int n) {
     for (int i = 0; i < n; i++) y[i] = (float)((double)y[i] + (double)a * f16_to_f32(v[i]));
+}
+
+/* In double, rounded once: the tanh form torch evaluates for gelu(approximate="tanh"). */
+void gelu_tanh_mul_ref(float *y, const float *g, const float *u, long n) {
+    const double k = sqrt(2.0 / M_PI);
+    for (long i = 0; i < n; i++) {
+        double x = g[i];
+        double t = tanh(k * (x + 0.044715 * x * x * x));
+        y[i] = (float)(0.5 * x * (1.0 + t) * u[i]);
+    }
+}
+
+void softcap_ref(float *x, float cap, long n) {
+    for (long i = 0; i < n; i++) x[i] = (float)((double)cap * tanh((double)x[i] / cap));
 }

@@ -95,6 +95,41 @@ void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, l
     parallel_range(be, n, 8, silu_mul_range, &e);
 }
 
+static void gelu_tanh_mul_range(void *p, long lo, long hi) {
+    const struct ew_args *e = p;
+    gelu_tanh_mul(e->y + lo, e->a + lo, e->b + lo, hi - lo);
+}
+
+void op_gelu_tanh_mul(struct backend *be, float *y, const float *g, const float *u, long n) {
+    struct ew_args e = {.y = y, .a = g, .b = u};
+    parallel_range(be, n, 16, gelu_tanh_mul_range, &e);
+}
+
+struct cap_args {
+    float *x;
+    float c;
+};
+
+static void softcap_range(void *p, long lo, long hi) {
+    const struct cap_args *a = p;
+    softcap(a->x + lo, a->c, hi - lo);
+}
+
+void op_softcap(struct backend *be, float *x, float cap, long n) {
+    struct cap_args a = {.x = x, .c = cap};
+    parallel_range(be, n, 16, softcap_range, &a);
+}
+
+static void scale_range(void *p, long lo, long hi) {
+    const struct cap_args *a = p;
+    for (long i = lo; i < hi; i++) a->x[i] *= a->c;
+}
+
+void op_scale(struct backend *be, float *x, float s, long n) {
+    struct cap_args a = {.x = x, .c = s};
+    parallel_range(be, n, 1, scale_range, &a);
+}
+
 static void add_range(void *p, long lo, long hi) {
     const struct ew_args *e = p;
     for (long i = lo; i < hi; i++) e->y[i] += e->a[i];
