@@ -14,6 +14,7 @@ static const char *fixtures[] = {
     "llama-f32", "llama-bf16", "mistral-f32", "mistral-bf16", "qwen2-f32", "qwen2-bf16",
     "qwen3-f32", "qwen3-bf16", "llama-rope-linear", "llama-rope-dynamic", "llama-rope-llama3",
     "llama-rope-yarn", "qwen35-f32", "qwen35-bf16", "qwen35-long", "qwen35-vl-bf16",
+    "qwen3next-f32", "qwen3next-bf16", "qwen3next-long",
 };
 
 struct expected {
@@ -155,7 +156,8 @@ static void test_fixture(const char *name) {
     st_file_close(&e.f);
 }
 
-int main(void) {
-    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) test_fixture(fixtures[i]);
+int main(int argc, char **argv) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        if (argc < 2 || strstr(fixtures[i], argv[1])) test_fixture(fixtures[i]);
     return test_done();
 }
