@@ -43,7 +43,7 @@ sys.exit(0 if md <= tol and corr >= mincorr and same >= need else 1)
 EOF
 }
 
-for m in qwen3-f32 llama-f32 qwen2-f32; do
+for m in qwen3-f32 llama-f32 qwen2-f32 qwen35-f32; do
     src=$FX/$m
     if ! "$G" logits --model "$src" --ids $IDS --all -t 1 >"$T/$m.ref.json" 2>"$T/err"; then
         bad "$m: reference logits"; cat "$T/err"; continue
@@ -67,6 +67,12 @@ for m in qwen3-f32 llama-f32 qwen2-f32; do
             f32) b="0.002 0.99999 16" ;; f16) b="0.05 0.9999 16" ;; bf16) b="0.3 0.999 12" ;;
             q8_0|mlx8) b="1.5 0.995 8" ;; *) b="100 0.65 0" ;;
         esac
+        # The Qwen3.5 fixture amplifies weight error about 6x more than qwen3-f32 (q8_0 weights
+        # through the scalar reference kernels: max |diff| 1.47 vs 0.23), so its lossy bounds
+        # are wider; its f32 GGUF is held to transformers below.
+        if [ $m = qwen35-f32 ]; then
+            case $ty in f16) b="0.05 0.9999 14" ;; q8_0|mlx8) b="3 0.97 8" ;; esac
+        fi
         if compare "$m $ty" "$T/$m.ref.json" "$T/o.json" $b; then ok; else bad "$m $ty: logits differ"; fi
     done
 done
@@ -129,6 +135,31 @@ if [ $? -ne 0 ] && grep -qi "mlx-quantized\|quantize needs" "$T/err"; then ok; e
 "$G" quantize $FX/qwen3-f32 "$T/qwen3-f32-mlx4" --type mlx4 >/dev/null 2>"$T/err"
 if [ $? -ne 0 ] && grep -q "already exists" "$T/err"; then ok; else bad "existing MLX folder"; fi
 [ ! -e "$T/x.gguf" ] && [ ! -e "$T/x.gguf.tmp" ] && ok || bad "failed quantize left a file"
+
+# Qwen3.5 (Gated DeltaNet; 4 value heads over 2 key heads, so the converter's value-head
+# reorder, A_log -> -exp, conv squeeze and the 1 + w norms are all exercised): the f32
+# GGUF must reproduce transformers' logits of the fixture prompt (expected.safetensors)
+# within 1e-3 at every position, with an f32 KV cache.
+if "$G" quantize $FX/qwen35-f32 "$T/q35.gguf" --type f32 >/dev/null 2>&1; then
+    if python3 - "$G" $FX/qwen35-f32 "$T/q35.gguf" <<'EOF'
+import json, struct, subprocess, sys
+g, fx, model = sys.argv[1:4]
+f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+def get(name, fmt):
+    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
+    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
+ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
+out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
+                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
+L = json.loads(out.stdout)["logits"]; V = shape[1]
+d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
+print(f"  qwen35-f32 GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
+sys.exit(0 if d <= 1e-3 else 1)
+EOF
+    then ok; else bad "qwen35 GGUF differs from transformers"; fi
+else
+    bad "qwen35 f32 GGUF"
+fi
 
 # tokenizer metadata: same ids as the folder's tokenizer.json
 TOK=../shared/data/tokenizers/qwen3

@@ -89,7 +89,7 @@ void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float 
  * q, k: rows of stride qk_stride ([nk][dk] at offsets q_off, k_off; q already
  * l2-normalised and scaled by dk^-1/2, k l2-normalised); v: stride v_stride at
  * v_off, [nv][dv]; g, beta: [n_tok][nv]; out: [n_tok][nv][dv]; state: [nv][dk][dv],
- * updated. chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
+ * updated (v_tiled: key head h % nk). chunked: the chunked (parallel) form over chunks of DELTA_CHUNK tokens,
  * which computes the same values in another order (prefill); else token by token. */
 enum { DELTA_CHUNK = 64 };
 struct delta_args {
@@ -99,6 +99,7 @@ struct delta_args {
     float *out;
     float *state;
     int n_tok, nk, nv, dk, dv;
+    int v_tiled;               /* value head h reads key head h % nk (else h / (nv / nk)) */
     int chunked;
     float *scratch;            /* delta_scratch_floats(dk, dv) per thread */
 };

@@ -48,6 +48,7 @@ struct deltanet_config {
     int n_k_heads, n_v_heads;  /* linear_num_key_heads, linear_num_value_heads */
     int k_dim, v_dim;          /* linear_key_head_dim, linear_value_head_dim */
     int conv_kernel;           /* linear_conv_kernel_dim */
+    int v_heads_tiled;         /* value head h reads key head h % nk (GGUF order), not h / (nv / nk) */
     int fused_proj;            /* Qwen3-Next: in_proj_qkvz + in_proj_ba, grouped per key head */
 };
 

@@ -15,6 +15,7 @@ static const struct {
     {"llama", ARCH_LLAMA},
     {"qwen2", ARCH_QWEN2},
     {"qwen3", ARCH_QWEN3},
+    {"qwen35", ARCH_QWEN35},
 };
 
 enum { OPTIONAL_ZERO_OK = 1 };
@@ -42,6 +43,29 @@ static gerbil_status arch_f32(const struct gguf_file *f, const char *arch, const
     return gguf_get_f32(f, key, def, out);
 }
 
+/* Gated DeltaNet sizes and which layers are recurrent, as llama.cpp's qwen35 loader
+ * reads them. The converter stores value heads grouped by key head in tiled order
+ * (value head j * nk + g belongs to key head g) when there are more value heads. */
+static gerbil_status gguf_deltanet(const struct gguf_file *f, const char *arch, const char *path,
+                                   struct model_config *cfg) {
+    struct deltanet_config *d = &cfg->dn;
+    uint32_t v, inner;
+    GB_TRY(arch_u32(f, arch, "ssm.conv_kernel", 0, path, &v)); d->conv_kernel = (int)v;
+    GB_TRY(arch_u32(f, arch, "ssm.state_size", 0, path, &v)); d->k_dim = (int)v;
+    GB_TRY(arch_u32(f, arch, "ssm.group_count", 0, path, &v)); d->n_k_heads = (int)v;
+    GB_TRY(arch_u32(f, arch, "ssm.time_step_rank", 0, path, &v)); d->n_v_heads = (int)v;
+    GB_TRY(arch_u32(f, arch, "ssm.inner_size", 0, path, &inner));
+    if (d->conv_kernel > 64 || d->k_dim > 4096 || d->n_v_heads > 4096 || d->n_v_heads % d->n_k_heads ||
+        inner % (uint32_t)d->n_v_heads)
+        return err_set(GERBIL_ERR_FORMAT, "%s: inconsistent ssm.* metadata for %s", path, arch);
+    d->v_dim = (int)(inner / (uint32_t)d->n_v_heads);
+    d->v_heads_tiled = d->n_v_heads != d->n_k_heads;
+    uint32_t every;
+    GB_TRY(arch_u32(f, arch, "full_attention_interval", 4, path, &every));
+    for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % (int)every ? LAYER_DELTANET : LAYER_ATTENTION;
+    return GERBIL_OK;
+}
+
 gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = -1;
@@ -52,7 +76,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
-                       "(supported: llama, qwen2, qwen3)", path, arch);
+                       "(supported: llama, qwen2, qwen3, qwen35)", path, arch);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
 
     uint32_t v;
@@ -89,6 +113,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         break;
     case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;
     case ARCH_QWEN3: cfg->qk_norm = 1; break;
+    case ARCH_QWEN35: cfg->qk_norm = cfg->attn_out_gate = 1; break; /* norms stored as 1 + w */
     default: break;
     }
 
@@ -130,6 +155,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         cfg->sliding_window = (int)v;
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
     }
+    if (cfg->arch == ARCH_QWEN35) GB_TRY(gguf_deltanet(f, arch, path, cfg));
 
     GB_TRY(gguf_get_u32(f, "tokenizer.ggml.bos_token_id", UINT32_MAX, &v));
     if (v != UINT32_MAX) cfg->bos_id = (int32_t)v;

@@ -104,7 +104,7 @@ void deltanet_forward(struct gerbil_session *s, int l, int n) {
     struct delta_args da = {
         .x = s->dn_conv, .qk_stride = C, .v_stride = C, .q_off = 0, .k_off = key_dim, .v_off = 2 * key_dim,
         .g = s->dn_g, .beta = s->dn_beta, .out = s->dn_out, .state = s->delta_state[l],
-        .n_tok = n, .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim,
+        .n_tok = n, .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim, .v_tiled = d->v_heads_tiled,
         .chunked = n > 1, .scratch = s->dn_scratch,
     };
     op_delta_rule(be, &da);

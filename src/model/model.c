@@ -52,6 +52,7 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
         if (st != GERBIL_OK) goto fail;
     }
     m->src.mlx = &m->cfg.mlx;
+    m->src.arch = m->cfg.arch;
     wsrc_detect_prefix(&m->src);
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }

@@ -6,22 +6,37 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Hugging Face module names -> GGUF tensor names, as llama.cpp's converter writes them. */
-static const struct { const char *hf, *gguf; } layer_names[] = {
-    {"input_layernorm", "attn_norm"},
-    {"self_attn.q_proj", "attn_q"},
-    {"self_attn.k_proj", "attn_k"},
-    {"self_attn.v_proj", "attn_v"},
-    {"self_attn.o_proj", "attn_output"},
-    {"self_attn.q_norm", "attn_q_norm"},
-    {"self_attn.k_norm", "attn_k_norm"},
-    {"post_attention_layernorm", "ffn_norm"},
-    {"mlp.gate_proj", "ffn_gate"},
-    {"mlp.up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"},
+/* Hugging Face module names -> GGUF tensor names, as llama.cpp's converter writes them;
+ * arch ARCH_COUNT: every architecture. The first row matching (arch, module) wins. */
+static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
+    {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN35},
+    {"input_layernorm", "attn_norm", ARCH_COUNT},
+    {"self_attn.q_proj", "attn_q", ARCH_COUNT},
+    {"self_attn.k_proj", "attn_k", ARCH_COUNT},
+    {"self_attn.v_proj", "attn_v", ARCH_COUNT},
+    {"self_attn.o_proj", "attn_output", ARCH_COUNT},
+    {"self_attn.q_norm", "attn_q_norm", ARCH_COUNT},
+    {"self_attn.k_norm", "attn_k_norm", ARCH_COUNT},
+    {"post_attention_layernorm", "ffn_norm", ARCH_COUNT},
+    {"mlp.gate_proj", "ffn_gate", ARCH_COUNT},
+    {"mlp.up_proj", "ffn_up", ARCH_COUNT},
+    {"mlp.down_proj", "ffn_down", ARCH_COUNT},
+    {"linear_attn.in_proj_qkv", "attn_qkv", ARCH_COUNT},
+    {"linear_attn.in_proj_z", "attn_gate", ARCH_COUNT},
+    {"linear_attn.in_proj_b", "ssm_beta", ARCH_COUNT},
+    {"linear_attn.in_proj_a", "ssm_alpha", ARCH_COUNT},
+    {"linear_attn.out_proj", "ssm_out", ARCH_COUNT},
+    {"linear_attn.norm", "ssm_norm", ARCH_COUNT},
+    {"linear_attn.conv1d", "ssm_conv1d", ARCH_COUNT},
 };
 
-static int gguf_name(const char *hf, char *out, size_t cap) {
+/* Parameters without a .weight/.bias suffix. */
+static const struct { const char *hf, *gguf; } layer_params[] = {
+    {"linear_attn.dt_bias", "ssm_dt.bias"},   /* the converter renames it dt_proj.bias */
+    {"linear_attn.A_log", "ssm_a"},           /* stored as -exp(A_log) */
+};
+
+static int gguf_name(const struct weight_source *s, const char *hf, char *out, size_t cap) {
     static const struct { const char *hf, *gguf; } top[] = {
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
@@ -32,8 +47,12 @@ static int gguf_name(const char *hf, char *out, size_t cap) {
     int layer, n = 0;
     if (sscanf(hf, "model.layers.%d.%n", &layer, &n) != 1 || n == 0) return -1;
     const char *rest = hf + n;
+    for (size_t i = 0; i < sizeof layer_params / sizeof layer_params[0]; i++)
+        if (!strcmp(rest, layer_params[i].hf))
+            return snprintf(out, cap, "blk.%d.%s", layer, layer_params[i].gguf) < (int)cap ? 0 : -1;
     for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++) {
         size_t len = strlen(layer_names[i].hf);
+        if (layer_names[i].arch != ARCH_COUNT && layer_names[i].arch != (int)s->arch) continue;
         if (!strncmp(rest, layer_names[i].hf, len) && rest[len] == '.')
             return snprintf(out, cap, "blk.%d.%s%s", layer, layer_names[i].gguf, rest + len) < (int)cap ? 0 : -1;
     }
@@ -71,12 +90,12 @@ const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_
         return st_checkpoint_find(&s->ck, hf_name);
     }
     char name[256];
-    if (gguf_name(hf_name, name, sizeof name)) return NULL;
+    if (gguf_name(s, hf_name, name, sizeof name)) return NULL;
     return gguf_find_tensor(&s->gg, name);
 }
 
 const char *wsrc_file_name(const struct weight_source *s, const char *hf_name, char *buf, size_t cap) {
-    if (!s->is_gguf || gguf_name(hf_name, buf, cap)) return hf_name;
+    if (!s->is_gguf || gguf_name(s, hf_name, buf, cap)) return hf_name;
     return buf;
 }
 

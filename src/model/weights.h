@@ -11,6 +11,7 @@
 
 struct weight_source {
     int is_gguf;
+    enum model_arch arch;         /* GGUF names differ by architecture */
     struct st_checkpoint ck;
     struct gguf_file gg;
     const struct mlx_quant *mlx;  /* from config.json; bits 0 when not MLX */

@@ -219,6 +219,10 @@ static const struct pre_family PRE_FAMILIES[] = {
     /* Qwen2/2.5/3's tokenizer.json normalizes to NFC; llama.cpp skips it, which only
      * differs on decomposed text, where NFC is what the model was trained on */
     {"qwen2 megrez deepseek-r1-qwen", 0, 1, {RE_QWEN2}},
+    /* Qwen3.5: letters take their combining marks (\\p{M}) along */
+    {"qwen35", 0, 1,
+     {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"
+      "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"stablelm2", 0, 0, {RE_QWEN2}},
     {"starcoder refact command-r smollm codeshell exaone minerva-7b", 0, 0, {"\\p{N}", RE_GPT2_NOWS}},
     {"falcon", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2_NOWS, "[0-9][0-9][0-9]"}},

@@ -32,6 +32,7 @@
 #include "tensor/quant_ref.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -58,7 +59,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3) into OUT.\n\n"
+            "Qwen2, Qwen3, Qwen3.5 text) into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -69,13 +70,31 @@ static void help(FILE *f) {
 }
 
 /* ---- tensor names (Hugging Face -> GGUF), as llama.cpp's converter ---- */
-static const struct { const char *hf, *gguf; } layer_names[] = {
-    {"input_layernorm", "attn_norm"},       {"self_attn.q_proj", "attn_q"},
-    {"self_attn.k_proj", "attn_k"},         {"self_attn.v_proj", "attn_v"},
-    {"self_attn.o_proj", "attn_output"},    {"self_attn.q_norm", "attn_q_norm"},
-    {"self_attn.k_norm", "attn_k_norm"},    {"post_attention_layernorm", "ffn_norm"},
-    {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"},
+/* Per layer, in llama.cpp's order. sfx: "weight"/"bias" variants are tried; NULL: the
+ * name has no suffix (a bare parameter). qwen35: only for ARCH_QWEN35 (1), never (-1). */
+static const struct { const char *hf, *gguf; int qwen35; int bare; } layer_names[] = {
+    {"input_layernorm", "attn_norm", 0, 0},
+    {"self_attn.q_proj", "attn_q", 0, 0},       {"self_attn.k_proj", "attn_k", 0, 0},
+    {"self_attn.v_proj", "attn_v", 0, 0},       {"self_attn.o_proj", "attn_output", 0, 0},
+    {"self_attn.q_norm", "attn_q_norm", 0, 0},  {"self_attn.k_norm", "attn_k_norm", 0, 0},
+    {"linear_attn.in_proj_qkv", "attn_qkv", 1, 0}, {"linear_attn.in_proj_z", "attn_gate", 1, 0},
+    {"linear_attn.in_proj_b", "ssm_beta", 1, 0},   {"linear_attn.in_proj_a", "ssm_alpha", 1, 0},
+    {"linear_attn.conv1d", "ssm_conv1d", 1, 0},    {"linear_attn.dt_bias", "ssm_dt.bias", 1, 1},
+    {"linear_attn.A_log", "ssm_a", 1, 1},          {"linear_attn.norm", "ssm_norm", 1, 0},
+    {"linear_attn.out_proj", "ssm_out", 1, 0},
+    {"post_attention_layernorm", "ffn_norm", -1, 0},
+    {"post_attention_layernorm", "post_attention_norm", 1, 0},
+    {"mlp.gate_proj", "ffn_gate", 0, 0},        {"mlp.up_proj", "ffn_up", 0, 0},
+    {"mlp.down_proj", "ffn_down", 0, 0},
+};
+
+/* How a tensor's values change on the way to GGUF (llama.cpp's converter). */
+struct xform {
+    int perm_heads;          /* llama q/k: rows permuted for adjacent-pair RoPE */
+    const int64_t *row_src;  /* GGUF row r <- source row row_src[r] (NULL: same) */
+    const int64_t *col_src;  /* GGUF column i <- source column col_src[i] (NULL: same) */
+    float add;               /* + add (zero-centred norms stored as 1 + w) */
+    int neg_exp;             /* -exp(x) (A_log -> A) */
 };
 
 struct qctx {
@@ -138,30 +157,41 @@ static enum gb_type matrix_type(const struct qctx *q, const char *gname, int lay
     return t;
 }
 
-/* Convert src ([n_out, n_in] or 1-D) to type t, permuting rows in llama's q/k order
- * when perm_heads > 0. Returns the buffer (or the source data when nothing changes). */
-static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum gb_type t, int perm_heads,
+/* Convert src ([n_out, n_in], or 1-D: one row) to type t through x. Returns the buffer
+ * (or the source data when nothing changes). Tensors of more dims are read as
+ * [ne[0], the rest]. */
+static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum gb_type t, const struct xform *x,
                              const void **data, size_t *nbytes) {
-    int64_t n_out = src->n_dims == 2 ? src->ne[0] : 1;
-    int64_t n_in = src->n_dims == 2 ? src->ne[1] : src->ne[0];
+    int64_t n_out = src->n_dims >= 2 ? src->ne[0] : 1;
+    int64_t n_in = tensor_nelements(src) / n_out;
     size_t row_out = type_row_size(t, n_in), row_in = type_row_size(src->type, n_in);
     *nbytes = row_out * (size_t)n_out;
-    if (t == src->type && !perm_heads) { *data = src->data; return GERBIL_OK; }
+    int same = !x->perm_heads && !x->row_src && !x->col_src && x->add == 0 && !x->neg_exp;
+    if (t == src->type && same) { *data = src->data; return GERBIL_OK; }
     uint8_t *out = qalloc(q, *nbytes);
-    float *row = malloc((size_t)n_in * sizeof *row);
-    if (!out || !row) { free(row); return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name); }
-    int64_t hd = perm_heads ? n_out / perm_heads : 0;
+    float *row = malloc((size_t)n_in * sizeof *row), *tmp = malloc((size_t)n_in * sizeof *tmp);
+    if (!out || !row || !tmp) {
+        free(row);
+        free(tmp);
+        return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name);
+    }
+    int64_t hd = x->perm_heads ? n_out / x->perm_heads : 0;
     struct gb_quant_fns fns = quant_fns(t);
     for (int64_t r = 0; r < n_out; r++) {
-        int64_t s = r;
-        if (perm_heads) { /* GGUF row h*hd + 2i <- HF row h*hd + i; 2i+1 <- i + hd/2 */
+        int64_t s = x->row_src ? x->row_src[r] : r;
+        if (x->perm_heads) { /* GGUF row h*hd + 2i <- HF row h*hd + i; 2i+1 <- i + hd/2 */
             int64_t h = r / hd, j = r % hd;
             s = h * hd + (j % 2 ? j / 2 + hd / 2 : j / 2);
         }
         const uint8_t *in = (const uint8_t *)src->data + (size_t)s * row_in;
         uint8_t *o = out + (size_t)r * row_out;
-        if (t == src->type) { memcpy(o, in, row_in); continue; }
+        if (t == src->type && !x->col_src && x->add == 0 && !x->neg_exp) { memcpy(o, in, row_in); continue; }
         type_to_f32(src->type, in, row, n_in);
+        if (x->col_src) {
+            for (int64_t i = 0; i < n_in; i++) tmp[i] = row[x->col_src[i]];
+            memcpy(row, tmp, (size_t)n_in * sizeof *row);
+        }
+        for (int64_t i = 0; i < n_in; i++) row[i] = x->neg_exp ? -expf(row[i]) : row[i] + x->add;
         switch (t) {
         case GB_TYPE_F32: memcpy(o, row, (size_t)n_in * 4); break;
         case GB_TYPE_F16:
@@ -176,6 +206,7 @@ static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum g
         }
     }
     free(row);
+    free(tmp);
     *data = out;
     return GERBIL_OK;
 }
@@ -193,12 +224,16 @@ static void progress(struct qctx *q, int i, int n, const char *name, const struc
 /* ---- GGUF ---- */
 
 static gerbil_status gguf_tensor(struct qctx *q, struct gguf_writer *w, const struct gb_tensor *t,
-                                 const char *gname, int layer, int perm_heads, int idx, int total) {
+                                 const char *gname, int layer, const struct xform *x, int idx, int total) {
     if (t->type != GB_TYPE_F32 && t->type != GB_TYPE_F16 && t->type != GB_TYPE_BF16)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: tensor %s is %s; quantize needs f32, f16 or bf16 weights",
                        q->in, t->name, type_name(t->type));
-    if (t->n_dims < 1 || t->n_dims > 2)
-        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: tensor %s has %d dims", q->in, t->name, t->n_dims);
+    /* [C, 1, K] conv kernels are squeezed to [C, K] as llama.cpp's converter does */
+    int64_t ne[2] = {t->ne[0], tensor_nelements(t) / t->ne[0]};
+    int n_dims = t->n_dims == 1 ? 1 : 2;
+    for (int d = 1; d < t->n_dims - 1; d++)
+        if (t->ne[d] != 1)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: tensor %s has %d dims", q->in, t->name, t->n_dims);
     enum gb_type to = GB_TYPE_F32, wanted = GB_TYPE_F32;
     if (t->n_dims == 2) to = matrix_type(q, gname, layer, t->ne[1], &wanted);
     progress(q, idx, total, gname, t, type_name(to));
@@ -209,9 +244,53 @@ static gerbil_status gguf_tensor(struct qctx *q, struct gguf_writer *w, const st
     }
     const void *data = NULL;
     size_t nbytes = 0;
-    GB_TRY(convert(q, t, to, perm_heads, &data, &nbytes));
+    GB_TRY(convert(q, t, to, x, &data, &nbytes));
     q->bytes_out += nbytes;
-    return gguf_writer_add_tensor(w, gname, to, t->n_dims, t->ne, data, nbytes);
+    return gguf_writer_add_tensor(w, gname, to, n_dims, ne, data, nbytes);
+}
+
+/* Qwen3.5 with more value heads than key heads: llama.cpp's converter reorders the value
+ * heads from grouped (head g * r + j belongs to key head g) to tiled (j * nk + g), in
+ * every tensor indexed by value head. Returns the source index of each of n slots of
+ * `width` channels starting at `first` (identity outside), or NULL when no reorder. */
+static int64_t *v_head_order(struct qctx *q, int64_t n, int64_t first, int width) {
+    const struct deltanet_config *d = &q->cfg.dn;
+    if (d->n_v_heads == d->n_k_heads) return NULL;
+    int64_t *m = qalloc(q, (size_t)n * sizeof *m);
+    if (!m) return NULL;
+    const int r = d->n_v_heads / d->n_k_heads;
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = i;
+        if (i < first || i >= first + (int64_t)d->n_v_heads * width) continue;
+        int64_t h = (i - first) / width, c = (i - first) % width; /* tiled slot h = j * nk + g */
+        int64_t j = h / d->n_k_heads, g = h % d->n_k_heads;
+        m[i] = first + (g * r + j) * width + c;
+    }
+    return m;
+}
+
+/* The changes a Qwen3.5 layer tensor needs (hf: the module path after the layer). */
+static struct xform qwen35_xform(struct qctx *q, const char *module, const struct gb_tensor *t, float norm_add) {
+    const struct deltanet_config *d = &q->cfg.dn;
+    struct xform x = {0};
+    const int64_t key2 = 2 * (int64_t)d->n_k_heads * d->k_dim;
+    if (!strcmp(module, "input_layernorm") || !strcmp(module, "post_attention_layernorm") ||
+        !strcmp(module, "self_attn.q_norm") || !strcmp(module, "self_attn.k_norm"))
+        x.add = norm_add;
+    else if (!strcmp(module, "linear_attn.A_log")) {
+        x.neg_exp = 1;
+        x.col_src = v_head_order(q, t->ne[0], 0, 1);
+    } else if (!strcmp(module, "linear_attn.dt_bias"))
+        x.col_src = v_head_order(q, t->ne[0], 0, 1);
+    else if (!strcmp(module, "linear_attn.in_proj_qkv") || !strcmp(module, "linear_attn.conv1d"))
+        x.row_src = v_head_order(q, t->ne[0], key2, d->v_dim);
+    else if (!strcmp(module, "linear_attn.in_proj_z"))
+        x.row_src = v_head_order(q, t->ne[0], 0, d->v_dim);
+    else if (!strcmp(module, "linear_attn.in_proj_a") || !strcmp(module, "linear_attn.in_proj_b"))
+        x.row_src = v_head_order(q, t->ne[0], 0, 1);
+    else if (!strcmp(module, "linear_attn.out_proj"))
+        x.col_src = v_head_order(q, t->ne[1], 0, d->v_dim);
+    return x;
 }
 
 static const char *special_content(const cJSON *v) {
@@ -341,7 +420,8 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
             k++;
         }
     }
-    const char *pre = q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 ? "qwen2" : "llama-bpe";
+    const char *pre = q->cfg.arch == ARCH_QWEN35 ? "qwen35"
+                      : q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 ? "qwen2" : "llama-bpe";
     if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2")) ||
         (st = gguf_writer_add_str(w, "tokenizer.ggml.pre", pre)) ||
         (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n)) ||
@@ -413,6 +493,7 @@ static const char *gguf_arch(enum model_arch a) {
     switch (a) {
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
+    case ARCH_QWEN35: return "qwen35";
     default: return "llama";
     }
 }
@@ -459,6 +540,27 @@ static gerbil_status write_gguf(struct qctx *q) {
         goto out;
     if (c->sliding_window && (st = gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
         goto out;
+    if (c->arch == ARCH_QWEN35) {
+        const struct deltanet_config *d = &c->dn;
+        int every = 0; /* llama.cpp reads the layer pattern as an interval */
+        for (int l = 0; l < c->n_layer && !every; l++)
+            if (c->layer_kind[l] == LAYER_ATTENTION) every = l + 1;
+        for (int l = 0; l < c->n_layer; l++)
+            if ((c->layer_kind[l] == LAYER_ATTENTION) != (every && (l + 1) % every == 0)) {
+                st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF qwen35 needs full-attention layers at a fixed "
+                             "interval", q->in);
+                goto out;
+            }
+        const int32_t sections[4] = {11, 11, 10, 0};
+        if ((st = gguf_writer_add_u32(w, KEY("ssm.conv_kernel"), (uint32_t)d->conv_kernel)) ||
+            (st = gguf_writer_add_u32(w, KEY("ssm.state_size"), (uint32_t)d->k_dim)) ||
+            (st = gguf_writer_add_u32(w, KEY("ssm.group_count"), (uint32_t)d->n_k_heads)) ||
+            (st = gguf_writer_add_u32(w, KEY("ssm.time_step_rank"), (uint32_t)d->n_v_heads)) ||
+            (st = gguf_writer_add_u32(w, KEY("ssm.inner_size"), (uint32_t)(d->v_dim * d->n_v_heads))) ||
+            (st = gguf_writer_add_u32(w, KEY("full_attention_interval"), (uint32_t)(every ? every : c->n_layer + 1))) ||
+            (st = gguf_writer_add_arr(w, KEY("rope.dimension_sections"), GGUF_VT_I32, sections, 4)))
+            goto out;
+    }
 #undef KEY
     if ((st = gguf_tokenizer(q, w))) goto out;
 
@@ -470,24 +572,39 @@ static gerbil_status write_gguf(struct qctx *q) {
         st = err_set(GERBIL_ERR_FORMAT, "%s: no model.embed_tokens.weight", q->in);
         goto out;
     }
-    if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, 0, ++idx, total))) goto out;
-    int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL;
+    const struct xform none = {0};
+    if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, &none, ++idx, total))) goto out;
+    int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL, is35 = c->arch == ARCH_QWEN35;
+    /* zero-centred norms: GGUF stores 1 + w (unless the source is in MLX layout already) */
+    float norm_add = 0;
+    if (is35) {
+        norm_add = 1;
+        for (int l = 0; l < c->n_layer; l++) {
+            snprintf(hname, sizeof hname, "model.layers.%d.linear_attn.conv1d.weight", l);
+            const struct gb_tensor *cv = st_checkpoint_find(&q->ck, hname);
+            if (cv) { norm_add = cv->n_dims == 3 && cv->ne[2] == 1 && cv->ne[1] > 1 ? 0 : 1; break; }
+        }
+    }
     for (int l = 0; l < c->n_layer; l++)
         for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
             for (int b = 0; b < 2; b++) {
-                const char *sfx = b ? "bias" : "weight";
-                snprintf(hname, sizeof hname, "model.layers.%d.%s.%s", l, layer_names[i].hf, sfx);
+                if ((layer_names[i].qwen35 == 1 && !is35) || (layer_names[i].qwen35 == -1 && is35)) continue;
+                if (layer_names[i].bare && b) continue;
+                const char *sfx = layer_names[i].bare ? "" : b ? ".bias" : ".weight";
+                snprintf(hname, sizeof hname, "model.layers.%d.%s%s", l, layer_names[i].hf, sfx);
                 if (!(t = find_mark(q, hname))) continue;
-                snprintf(gname, sizeof gname, "blk.%d.%s.%s", l, layer_names[i].gguf, sfx);
-                int heads = 0;
-                if (perm && !strcmp(layer_names[i].gguf, "attn_q")) heads = c->n_head;
-                if (perm && !strcmp(layer_names[i].gguf, "attn_k")) heads = c->n_head_kv;
-                if ((st = gguf_tensor(q, w, t, gname, l, heads, ++idx, total))) goto out;
+                snprintf(gname, sizeof gname, "blk.%d.%s%s", l, layer_names[i].gguf, sfx);
+                struct xform x = is35 ? qwen35_xform(q, layer_names[i].hf, t, norm_add) : none;
+                if (perm && !strcmp(layer_names[i].gguf, "attn_q")) x.perm_heads = c->n_head;
+                if (perm && !strcmp(layer_names[i].gguf, "attn_k")) x.perm_heads = c->n_head_kv;
+                if ((st = gguf_tensor(q, w, t, gname, l, &x, ++idx, total))) goto out;
             }
-    if ((t = find_mark(q, "model.norm.weight")) && (st = gguf_tensor(q, w, t, "output_norm.weight", -1, 0, ++idx, total)))
+    struct xform onorm = {.add = norm_add};
+    if ((t = find_mark(q, "model.norm.weight")) &&
+        (st = gguf_tensor(q, w, t, "output_norm.weight", -1, &onorm, ++idx, total)))
         goto out;
     t = find_mark(q, "lm_head.weight");
-    if (t && !c->tie_embeddings && (st = gguf_tensor(q, w, t, "output.weight", -1, 0, ++idx, total))) goto out;
+    if (t && !c->tie_embeddings && (st = gguf_tensor(q, w, t, "output.weight", -1, &none, ++idx, total))) goto out;
     for (int i = 0; i < total; i++) {
         const char *nm = st_checkpoint_at(&q->ck, i)->name;
         if (!q->used[i] && !strstr(nm, "rotary_emb.inv_freq")) {
@@ -509,7 +626,7 @@ struct st_entry {
     char *name;
     enum gb_type type;
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[GB_MAX_DIMS];
     const void *data;
     size_t nbytes;
 };
@@ -620,8 +737,9 @@ static gerbil_status write_mlx(struct qctx *q) {
                     t->ne[1] % 32 == 0;
         if (!quant) {
             progress(q, i + 1, total, t->name, t, type_name(t->type));
-            e[n++] = (struct st_entry){strdup(t->name), t->type, t->n_dims, {t->ne[0], t->n_dims > 1 ? t->ne[1] : 0},
-                                       t->data, t->nbytes};
+            e[n] = (struct st_entry){strdup(t->name), t->type, t->n_dims, {0}, t->data, t->nbytes};
+            memcpy(e[n].ne, t->ne, sizeof t->ne);
+            n++;
             if (!e[n - 1].name) { st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
             continue;
         }

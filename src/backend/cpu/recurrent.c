@@ -121,6 +121,8 @@ size_t delta_scratch_floats(int dk, int dv) {
     return (size_t)DELTA_CHUNK * DELTA_CHUNK + (size_t)DELTA_CHUNK * ((size_t)dk + dv + 1);
 }
 
+static inline int key_head(const struct delta_args *a, int h) { return a->v_tiled ? h % a->nk : h / (a->nv / a->nk); }
+
 static inline const float *dq(const struct delta_args *a, int t, int kh) {
     return a->x + (size_t)t * a->qk_stride + a->q_off + (size_t)kh * a->dk;
 }
@@ -133,7 +135,7 @@ static inline const float *dv_(const struct delta_args *a, int t, int h) {
 
 /* One token at a time: two passes over S per token. */
 static void delta_head_recurrent(const struct delta_args *a, int h, float *S, float *tmp) {
-    const int dk = a->dk, dv = a->dv, kh = h / (a->nv / a->nk);
+    const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
     for (int t = 0; t < a->n_tok; t++) {
         const float *q = dq(a, t, kh), *k = dk_(a, t, kh), *v = dv_(a, t, h);
         const float decay = expf(a->g[(size_t)t * a->nv + h]), beta = a->beta[(size_t)t * a->nv + h];
@@ -161,7 +163,7 @@ static void delta_head_recurrent(const struct delta_args *a, int h, float *S, fl
  * unit lower-triangular solve (the UT transform), then the chunk reads the state once
  * and writes it once. cum: cumulative log decay within the chunk. */
 static void delta_head_chunked(const struct delta_args *a, int h, float *S, float *scratch) {
-    const int dk = a->dk, dv = a->dv, kh = h / (a->nv / a->nk);
+    const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
     float *A = scratch;                                    /* [C][C], strictly lower used */
     float *U = A + (size_t)DELTA_CHUNK * DELTA_CHUNK;      /* [C][dv]: new values */
     float *W = U + (size_t)DELTA_CHUNK * dv;               /* [C][dk]: decayed beta keys */
