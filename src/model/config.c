@@ -370,7 +370,7 @@ static gerbil_status parse_config(const cJSON *root, const char *path, struct mo
         cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
         cfg->qk_norm = cfg->norm_zero_centred = cfg->attn_out_gate = 1;
         GB_TRY(read_deltanet(root, path, cfg));
-        cfg->dn.fused_proj = 1;
+        cfg->dn.fused_proj = FUSED_QKVZ | FUSED_BA;
         GB_TRY(read_moe(root, path, cfg));
         break;
     default: break;

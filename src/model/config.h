@@ -49,8 +49,11 @@ struct deltanet_config {
     int k_dim, v_dim;          /* linear_key_head_dim, linear_value_head_dim */
     int conv_kernel;           /* linear_conv_kernel_dim */
     int v_heads_tiled;         /* value head h reads key head h % nk (GGUF order), not h / (nv / nk) */
-    int fused_proj;            /* Qwen3-Next: in_proj_qkvz + in_proj_ba, grouped per key head */
+    int fused_proj;            /* Qwen3-Next, bits FUSED_QKVZ / FUSED_BA: in_proj_qkvz / in_proj_ba,
+                                  grouped per key head, instead of in_proj_qkv + in_proj_z / b + a */
 };
+
+enum { FUSED_QKVZ = 1, FUSED_BA = 2 };
 
 /* Sparse mixture-of-experts feed-forward (Qwen3-Next): a router picks n_used of n_expert
  * SwiGLU experts per token; a shared SwiGLU expert is added, gated by a sigmoid. */

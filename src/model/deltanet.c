@@ -28,12 +28,15 @@ gerbil_status deltanet_bind(struct binder *b, int l, struct layer_weights *w) {
     const int64_t D = c->n_embd, VD = (int64_t)d->n_v_heads * d->v_dim, NV = d->n_v_heads;
     char name[256];
 #define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d.linear_attn." fmt, l), name)
-    if (d->fused_proj) {
+    if (d->fused_proj & FUSED_QKVZ) {
         GB_TRY(bind_matrix(b, NAME("in_proj_qkvz.weight"), conv_dim(d) + VD, D, &w->w_qkvz));
-        GB_TRY(bind_matrix(b, NAME("in_proj_ba.weight"), 2 * NV, D, &w->w_ba));
     } else {
         GB_TRY(bind_matrix(b, NAME("in_proj_qkv.weight"), conv_dim(d), D, &w->w_qkv));
         GB_TRY(bind_matrix(b, NAME("in_proj_z.weight"), VD, D, &w->w_z));
+    }
+    if (d->fused_proj & FUSED_BA) {
+        GB_TRY(bind_matrix(b, NAME("in_proj_ba.weight"), 2 * NV, D, &w->w_ba));
+    } else {
         GB_TRY(bind_matrix(b, NAME("in_proj_b.weight"), NV, D, &w->w_b));
         GB_TRY(bind_matrix(b, NAME("in_proj_a.weight"), NV, D, &w->w_a));
     }
@@ -52,25 +55,41 @@ gerbil_status deltanet_bind(struct binder *b, int l, struct layer_weights *w) {
 
 /* Qwen3-Next: x W_qkvz^T and x W_ba^T, then per key head g the rows' pieces moved to
  * where the unfused projections put them: q_g, k_g, v_g into dn_in ([q | k | v]), z_g
- * into dn_z, b_g into dn_beta and a_g into dn_g (value heads g * r .. g * r + r - 1). */
+ * into dn_z, b_g into dn_beta and a_g into dn_g (value heads g * r .. g * r + r - 1).
+ * GGUF conversions keep only in_proj_ba fused (qkvz is stored as attn_qkv + attn_gate). */
 static void fused_projections(struct gerbil_session *s, const struct layer_weights *w, int n) {
     const struct deltanet_config *d = &s->model->cfg.dn;
     const int nk = d->n_k_heads, dk = d->k_dim, r = d->n_v_heads / nk, rv = r * d->v_dim;
     const int C = conv_dim(d), VD = d->n_v_heads * d->v_dim, NV = d->n_v_heads, key_dim = nk * dk;
     const int W = C + VD, G = 2 * dk + 2 * rv;
-    op_matmul(&s->be, s->dn_qkvz, s->xn, &w->w_qkvz, NULL, n);
-    op_matmul(&s->be, s->dn_ba, s->xn, &w->w_ba, NULL, n);
+    const int fused = d->fused_proj;
+    if (fused & FUSED_QKVZ) {
+        op_matmul(&s->be, s->dn_qkvz, s->xn, &w->w_qkvz, NULL, n);
+    } else {
+        op_matmul(&s->be, s->dn_in, s->xn, &w->w_qkv, NULL, n);
+        op_matmul(&s->be, s->dn_z, s->xn, &w->w_z, NULL, n);
+    }
+    if (fused & FUSED_BA) {
+        op_matmul(&s->be, s->dn_ba, s->xn, &w->w_ba, NULL, n);
+    } else {
+        op_matmul(&s->be, s->dn_beta, s->xn, &w->w_b, NULL, n);
+        op_matmul(&s->be, s->dn_g, s->xn, &w->w_a, NULL, n);
+    }
     for (int t = 0; t < n; t++) {
         float *in = s->dn_in + (size_t)t * C, *z = s->dn_z + (size_t)t * VD;
         for (int g = 0; g < nk; g++) {
-            const float *src = s->dn_qkvz + (size_t)t * W + (size_t)g * G;
-            memcpy(in + g * dk, src, (size_t)dk * sizeof(float));
-            memcpy(in + key_dim + g * dk, src + dk, (size_t)dk * sizeof(float));
-            memcpy(in + 2 * key_dim + g * rv, src + 2 * dk, (size_t)rv * sizeof(float));
-            memcpy(z + g * rv, src + 2 * dk + rv, (size_t)rv * sizeof(float));
-            const float *ba = s->dn_ba + (size_t)t * 2 * NV + (size_t)g * 2 * r;
-            memcpy(s->dn_beta + (size_t)t * NV + g * r, ba, (size_t)r * sizeof(float));
-            memcpy(s->dn_g + (size_t)t * NV + g * r, ba + r, (size_t)r * sizeof(float));
+            if (fused & FUSED_QKVZ) {
+                const float *src = s->dn_qkvz + (size_t)t * W + (size_t)g * G;
+                memcpy(in + g * dk, src, (size_t)dk * sizeof(float));
+                memcpy(in + key_dim + g * dk, src + dk, (size_t)dk * sizeof(float));
+                memcpy(in + 2 * key_dim + g * rv, src + 2 * dk, (size_t)rv * sizeof(float));
+                memcpy(z + g * rv, src + 2 * dk + rv, (size_t)rv * sizeof(float));
+            }
+            if (fused & FUSED_BA) {
+                const float *ba = s->dn_ba + (size_t)t * 2 * NV + (size_t)g * 2 * r;
+                memcpy(s->dn_beta + (size_t)t * NV + g * r, ba, (size_t)r * sizeof(float));
+                memcpy(s->dn_g + (size_t)t * NV + g * r, ba + r, (size_t)r * sizeof(float));
+            }
         }
     }
 }

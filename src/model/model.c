@@ -170,11 +170,8 @@ static int recurrent_alloc(struct gerbil_session *s) {
     s->dn_g = malloc(B * d->n_v_heads * sizeof(float));
     s->dn_beta = malloc(B * d->n_v_heads * sizeof(float));
     s->dn_scratch = malloc((size_t)tp_n_threads(s->model->tp) * delta_scratch_floats(d->k_dim, d->v_dim) * sizeof(float));
-    if (d->fused_proj) {
-        s->dn_qkvz = malloc(B * (C + VD) * sizeof(float));
-        s->dn_ba = malloc(B * 2 * d->n_v_heads * sizeof(float));
-        if (!s->dn_qkvz || !s->dn_ba) return -1;
-    }
+    if (d->fused_proj & FUSED_QKVZ && !(s->dn_qkvz = malloc(B * (C + VD) * sizeof(float)))) return -1;
+    if (d->fused_proj & FUSED_BA && !(s->dn_ba = malloc(B * 2 * d->n_v_heads * sizeof(float)))) return -1;
     if (!s->rstate || !s->ckpt || !s->conv_state || !s->delta_state || !s->dn_in || !s->dn_conv || !s->dn_z ||
         !s->dn_out || !s->dn_g || !s->dn_beta || !s->dn_scratch)
         return -1;

@@ -10,6 +10,7 @@
  * arch ARCH_COUNT: every architecture. The first row matching (arch, module) wins. */
 static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN35},
+    {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN3NEXT},
     {"input_layernorm", "attn_norm", ARCH_COUNT},
     {"self_attn.q_proj", "attn_q", ARCH_COUNT},
     {"self_attn.k_proj", "attn_k", ARCH_COUNT},
@@ -28,6 +29,18 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"linear_attn.out_proj", "ssm_out", ARCH_COUNT},
     {"linear_attn.norm", "ssm_norm", ARCH_COUNT},
     {"linear_attn.conv1d", "ssm_conv1d", ARCH_COUNT},
+    {"linear_attn.in_proj_qkvz", "ssm_in", ARCH_COUNT},  /* older qwen3next conversions */
+    {"linear_attn.in_proj_ba", "ssm_ba", ARCH_COUNT},
+    /* Qwen3-Next MoE: the router, the shared expert and its gate, the experts stacked
+     * [n_expert, out, in] (named here as mlx-lm's stacked switch_mlp) */
+    {"mlp.gate", "ffn_gate_inp", ARCH_COUNT},
+    {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.up_proj", "ffn_up_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.down_proj", "ffn_down_shexp", ARCH_COUNT},
+    {"mlp.switch_mlp.gate_proj", "ffn_gate_exps", ARCH_COUNT},
+    {"mlp.switch_mlp.up_proj", "ffn_up_exps", ARCH_COUNT},
+    {"mlp.switch_mlp.down_proj", "ffn_down_exps", ARCH_COUNT},
 };
 
 /* Parameters without a .weight/.bias suffix. */
@@ -125,6 +138,7 @@ static gerbil_status shape_error(const struct gb_tensor *t, const char *name, in
 
 static int has_shape(const struct gb_tensor *t, int64_t n_mat, int64_t d0, int64_t d1) {
     if (n_mat) return t->n_dims == 3 && t->ne[0] == n_mat && t->ne[1] == d0 && t->ne[2] == d1;
+    if (d0 == 1 && t->n_dims == 1) return t->ne[0] == d1; /* one row stored as a vector (GGUF) */
     return t->n_dims == 2 && t->ne[0] == d0 && t->ne[1] == d1;
 }
 
