@@ -96,6 +96,16 @@ mkdir -p "$T/moeshape" && cp $FX/qwen3next-bf16/model.safetensors "$T/moeshape/"
 sed 's/"moe_intermediate_size": 64/"moe_intermediate_size": 32/' $FX/qwen3next-bf16/config.json > "$T/moeshape/config.json"
 expect_fail "moe fused shape" 'mlp.experts.gate_up_proj": expected shape \[4, 64, 64\], found \[4, 128, 64\]' \
     "$G" info --model "$T/moeshape"
+if "$G" quantize $N "$T/next.gguf" --type f32 >/dev/null 2>&1; then
+    sed 's/blk\.1\.ffn_gate_exps/blk.1.ffn_gate_XXXX/' "$T/next.gguf" > "$T/next-noexp.gguf"
+    expect_fail "gguf moe no experts" 'missing tensor "blk.1.ffn_gate_exps.weight" \(the experts' \
+        "$G" info --model "$T/next-noexp.gguf"
+    sed 's/blk\.3\.ffn_down_shexp/blk.3.ffn_down_XXXXX/' "$T/next.gguf" > "$T/next-noshexp.gguf"
+    expect_fail "gguf moe no shared expert" 'missing tensor "blk.3.ffn_down_shexp.weight"' \
+        "$G" info --model "$T/next-noshexp.gguf"
+else
+    fail=$((fail+1)); echo "FAIL: quantize qwen3next-f32 to GGUF"
+fi
 expect_ok "info qwen3next" "architecture: +Qwen3NextForCausalLM" "$G" info --model $N
 expect_ok "info experts" "experts: +4 \(2 per token, ffn 64; shared expert ffn 128\) in 3 of 4 layers" "$G" info --model $N
 

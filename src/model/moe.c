@@ -59,6 +59,10 @@ gerbil_status moe_bind(struct binder *b, int l, struct layer_weights *w, struct 
         GB_TRY(bind_stack(b, name, E, I, D, w->exp_gate));
         GB_TRY(bind_stack(b, NAME("switch_mlp.up_proj.weight"), E, I, D, w->exp_up));
         GB_TRY(bind_stack(b, NAME("switch_mlp.down_proj.weight"), E, D, I, w->exp_down));
+    } else if (b->m->src.is_gguf) {
+        char gname[256];
+        return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\" (the experts of an MoE layer)",
+                       wsrc_file_name(&b->m->src, NAME("switch_mlp.gate_proj.weight"), gname, sizeof gname));
     } else {
         char fused[256], mlx[256];
         snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
