@@ -16,6 +16,7 @@ static const char *fixtures[] = {
     "qwen3-f32", "qwen3-bf16", "llama-rope-linear", "llama-rope-dynamic", "llama-rope-llama3",
     "llama-rope-yarn", "gemma3-f32", "gemma3-bf16", "gemma3-softcap-f32", "gemma3-oldcfg-f32",
     "gemma3-mm-f32", "gemma3-mm-renamed-f32", "qwen35-f32", "qwen35-bf16", "qwen35-long", "qwen35-vl-bf16",
+    "qwen3next-f32", "qwen3next-bf16", "qwen3next-long",
 };
 
 struct expected {
@@ -164,7 +165,8 @@ static void test_fixture(const char *name) {
     st_file_close(&e.f);
 }
 
-int main(void) {
-    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) test_fixture(fixtures[i]);
+int main(int argc, char **argv) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        if (argc < 2 || strstr(fixtures[i], argv[1])) test_fixture(fixtures[i]);
     return test_done();
 }
