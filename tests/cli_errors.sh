@@ -80,6 +80,35 @@ mkdir -p "$T/shape" && cp $FX/qwen2-f32/model.safetensors "$T/shape/"
 sed 's/"intermediate_size": 128/"intermediate_size": 96/' $FX/qwen2-f32/config.json > "$T/shape/config.json"
 expect_fail "shape mismatch" 'expected shape \[96, 64\], found \[128, 64\]' "$G" info --model "$T/shape"
 
+# Qwen3-Next MoE: bad routing sizes, missing or misshapen experts are named
+N=$FX/qwen3next-f32
+mkdir -p "$T/topk" && cp $N/model.safetensors "$T/topk/"
+sed 's/"num_experts_per_tok": 2/"num_experts_per_tok": 5/' $N/config.json > "$T/topk/config.json"
+expect_fail "moe top-k > experts" 'num_experts_per_tok 5 exceeds num_experts 4' "$G" info --model "$T/topk"
+mkdir -p "$T/noexp" && cp $N/config.json "$T/noexp/"
+sed 's/layers\.0\.mlp\.experts\.0\.gate_proj/layers.0.mlp.experts.0.gate_XXXX/' $N/model.safetensors > "$T/noexp/model.safetensors"
+expect_fail "moe no experts" 'missing tensor "model.layers.0.mlp.experts.0.gate_proj.weight" \(the experts' \
+    "$G" info --model "$T/noexp"
+mkdir -p "$T/noexp3" && cp $N/config.json "$T/noexp3/"
+sed 's/layers\.1\.mlp\.experts\.3\.down_proj/layers.1.mlp.experts.3.down_XXXX/' $N/model.safetensors > "$T/noexp3/model.safetensors"
+expect_fail "moe missing expert" 'missing tensor "model.layers.1.mlp.experts.3.down_proj.weight"' "$G" info --model "$T/noexp3"
+mkdir -p "$T/moeshape" && cp $FX/qwen3next-bf16/model.safetensors "$T/moeshape/"
+sed 's/"moe_intermediate_size": 64/"moe_intermediate_size": 32/' $FX/qwen3next-bf16/config.json > "$T/moeshape/config.json"
+expect_fail "moe fused shape" 'mlp.experts.gate_up_proj": expected shape \[4, 64, 64\], found \[4, 128, 64\]' \
+    "$G" info --model "$T/moeshape"
+if "$G" quantize $N "$T/next.gguf" --type f32 >/dev/null 2>&1; then
+    sed 's/blk\.1\.ffn_gate_exps/blk.1.ffn_gate_XXXX/' "$T/next.gguf" > "$T/next-noexp.gguf"
+    expect_fail "gguf moe no experts" 'missing tensor "blk.1.ffn_gate_exps.weight" \(the experts' \
+        "$G" info --model "$T/next-noexp.gguf"
+    sed 's/blk\.3\.ffn_down_shexp/blk.3.ffn_down_XXXXX/' "$T/next.gguf" > "$T/next-noshexp.gguf"
+    expect_fail "gguf moe no shared expert" 'missing tensor "blk.3.ffn_down_shexp.weight"' \
+        "$G" info --model "$T/next-noshexp.gguf"
+else
+    fail=$((fail+1)); echo "FAIL: quantize qwen3next-f32 to GGUF"
+fi
+expect_ok "info qwen3next" "architecture: +Qwen3NextForCausalLM" "$G" info --model $N
+expect_ok "info experts" "experts: +4 \(2 per token, ffn 64; shared expert ffn 128\) in 3 of 4 layers" "$G" info --model $N
+
 # GGUF: a missing tensor is named as the file spells it; truncation and junk are refused
 Q=$FX/qwen3-gguf-q8_0/model.gguf
 sed 's/blk\.0\.ffn_up\.weight/blk.0.ffn_XX.weight/' $Q > "$T/miss.gguf"

@@ -174,6 +174,39 @@ else
 fi
 done
 
+# Qwen3-Next (fused in_proj_qkvz split into attn_qkv + attn_gate, in_proj_ba kept fused
+# as ssm_ba, experts stacked into ffn_{gate,up,down}_exps from per-expert (f32 fixture)
+# and fused 3-D (bf16 fixture) sources, shared expert and its gate, a dense layer): the
+# f32 GGUF must reproduce transformers within 1e-3 at every position; q8_0 must track it.
+for m in qwen3next-f32 qwen3next-bf16; do
+    if "$G" quantize $FX/$m "$T/$m.gguf" --type f32 >/dev/null 2>"$T/q.err"; then
+        if python3 - "$G" $FX/$m "$T/$m.gguf" <<'EOF'
+import json, struct, subprocess, sys
+g, fx, model = sys.argv[1:4]
+f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+def get(name, fmt):
+    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
+    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
+ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
+out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
+                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
+L = json.loads(out.stdout)["logits"]; V = shape[1]
+d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
+print(f"  {fx.split('/')[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
+sys.exit(0 if d <= 1e-3 else 1)
+EOF
+        then ok; else bad "$m GGUF differs from transformers"; fi
+        if "$G" info --model "$T/$m.gguf" 2>&1 | grep -q "experts: *4 (2 per token, ffn 64; shared expert ffn 128) in 3 of 4"; then ok
+        else bad "$m GGUF: info"; fi
+    else
+        bad "$m f32 GGUF"; tail -3 "$T/q.err"
+    fi
+done
+"$G" logits --model $FX/qwen3next-f32 --ids $IDS --all -t 1 >"$T/next.ref.json" 2>/dev/null
+if "$G" quantize $FX/qwen3next-f32 "$T/next-q8.gguf" --type q8_0 >/dev/null 2>&1 &&
+   "$G" logits --model "$T/next-q8.gguf" --ids $IDS --all -t 1 >"$T/o.json" 2>/dev/null &&
+   compare "qwen3next-f32 q8_0" "$T/next.ref.json" "$T/o.json" 3 0.97 8; then ok; else bad "qwen3next q8_0 GGUF"; fi
+
 # tokenizer metadata: same ids as the folder's tokenizer.json
 TOK=../shared/data/tokenizers/qwen3
 if [ -f $TOK/tokenizer.json ]; then

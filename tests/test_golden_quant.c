@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 
 static const char *fixtures[] = {
-    "qwen3-mlx4", "qwen3-mlx8", "llama-mlx4", "qwen35-mlx4", "lfm2-mlx4",
+    "qwen3-mlx4", "qwen3-mlx8", "llama-mlx4", "qwen35-mlx4", "qwen3next-mlx4", "lfm2-mlx4",
     "qwen3-gguf-f32", "qwen3-gguf-f16", "qwen3-gguf-bf16", "qwen3-gguf-q8_0", "qwen3-gguf-q4_0",
     "qwen3-gguf-q4_1", "qwen3-gguf-q5_0", "qwen3-gguf-q5_1", "qwen3-gguf-q2_k", "qwen3-gguf-q3_k",
     "qwen3-gguf-q4_k", "qwen3-gguf-q5_k", "qwen3-gguf-q6_k", "qwen3-gguf-q4_k_m",

@@ -24,8 +24,12 @@ static const struct {
     {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN35},
     {"Gemma3ForCausalLM", "gemma3_text", ARCH_GEMMA3},
     {"Gemma3ForConditionalGeneration", "gemma3", ARCH_GEMMA3},
+    {"Qwen3NextForCausalLM", "qwen3_next", ARCH_QWEN3NEXT},
     {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
 };
+
+/* Architectures with Gated DeltaNet layers. */
+static int is_hybrid(enum model_arch a) { return a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT; }
 enum { N_ARCH_ROWS = sizeof arch_table / sizeof arch_table[0] };
 
 const char *model_arch_name(enum model_arch a) {
@@ -81,7 +85,7 @@ static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_
     r->theta = rp ? json_get_num(rp, "rope_theta", theta_def) : theta_def;
     if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope_theta must be > 1", path, what);
 
-    double prf = json_get_num(root, "partial_rotary_factor", cfg->arch == ARCH_QWEN35 ? 0.25 : 1.0);
+    double prf = json_get_num(root, "partial_rotary_factor", is_hybrid(cfg->arch) ? 0.25 : 1.0);
     if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
     r->n_dims = (int)(cfg->head_dim * prf);
     if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
@@ -169,7 +173,7 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
 
 /* What each layer is: full, sliding-window or linear attention. transformers 5 writes
  * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
- * Mistral applies sliding_window to every layer; Qwen3.5 configs without layer_types
+ * Mistral applies sliding_window to every layer; Qwen3.5 / Qwen3-Next configs without layer_types
  * put a full-attention layer every full_attention_interval layers. */
 /* LFM2 configs without layer_types list the attention layers in full_attn_idxs; the
  * others are short-convolution layers (every layer is attention when neither is given). */
@@ -206,7 +210,7 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
         cJSON_ArrayForEach(e, lt) {
             const char *s = cJSON_IsString(e) ? e->valuestring : "";
             if (strcmp(s, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
-            else if (strcmp(s, "linear_attention") == 0 && cfg->arch == ARCH_QWEN35) cfg->layer_kind[i] = LAYER_DELTANET;
+            else if (strcmp(s, "linear_attention") == 0 && is_hybrid(cfg->arch)) cfg->layer_kind[i] = LAYER_DELTANET;
             else if (strcmp(s, "conv") == 0 && cfg->arch == ARCH_LFM2) cfg->layer_kind[i] = LAYER_SHORTCONV;
             else if (strcmp(s, "full_attention") != 0)
                 return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported for %s", path,
@@ -215,7 +219,7 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
         }
     } else if (cfg->arch == ARCH_LFM2) {
         GB_TRY(read_full_attn_idxs(root, path, cfg));
-    } else if (cfg->arch == ARCH_QWEN35) {
+    } else if (is_hybrid(cfg->arch)) {
         int every = (int)json_get_int(root, "full_attention_interval", 4);
         if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % every ? LAYER_DELTANET : LAYER_ATTENTION;
@@ -289,6 +293,44 @@ static gerbil_status read_lfm2(const cJSON *root, const char *path, struct model
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: conv_L_cache %d is not supported (2 to 64)", path, cfg->sc.kernel);
     cfg->sc.bias = json_get_bool(root, "conv_bias", 0);
     cfg->qk_norm = 1;
+    return GERBIL_OK;
+}
+
+/* Qwen3-Next's sparse MoE: which layers use it and its sizes (configuration_qwen3_next.py
+ * defaults). Layer l is MoE unless listed in mlp_only_layers, when num_experts > 0 and
+ * (l + 1) % decoder_sparse_step == 0; the others keep the dense SwiGLU MLP. */
+static gerbil_status read_moe(const cJSON *root, const char *path, struct model_config *cfg) {
+    struct moe_config *m = &cfg->moe;
+    const cJSON *ne = cJSON_GetObjectItemCaseSensitive(root, "num_experts");
+    int64_t n_expert = ne && !cJSON_IsNull(ne) ? json_get_int(root, "num_experts", -1) : 512;
+    if (n_expert < 0 || n_expert > 65536)
+        return err_set(GERBIL_ERR_FORMAT, "%s: num_experts must be an integer in [0, 65536]", path);
+    m->n_expert = (int)n_expert;
+    cfg->layer_moe = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_moe) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    if (m->n_expert == 0) return GERBIL_OK;
+    GB_TRY(get_pos_int(root, "num_experts_per_tok", 10, path, &m->n_used));
+    GB_TRY(get_pos_int(root, "moe_intermediate_size", 512, path, &m->n_ff_exp));
+    GB_TRY(get_pos_int(root, "shared_expert_intermediate_size", 512, path, &m->n_ff_shexp));
+    if (m->n_used > m->n_expert)
+        return err_set(GERBIL_ERR_FORMAT, "%s: num_experts_per_tok %d exceeds num_experts %d", path, m->n_used,
+                       m->n_expert);
+    m->norm_topk_prob = json_get_bool(root, "norm_topk_prob", 1);
+    int step;
+    GB_TRY(get_pos_int(root, "decoder_sparse_step", 1, path, &step));
+    for (int l = 0; l < cfg->n_layer; l++) cfg->layer_moe[l] = (l + 1) % step == 0;
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (only && !cJSON_IsNull(only)) {
+        if (!cJSON_IsArray(only))
+            return err_set(GERBIL_ERR_FORMAT, "%s: mlp_only_layers must be a list of layer indices", path);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, only) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+                return err_set(GERBIL_ERR_FORMAT, "%s: mlp_only_layers must be a list of layer indices", path);
+            /* indices past the last layer name no layer (as in transformers) */
+            if (e->valuedouble >= 0 && e->valuedouble < cfg->n_layer) cfg->layer_moe[(int)e->valuedouble] = 0;
+        }
+    }
     return GERBIL_OK;
 }
 
@@ -404,8 +446,8 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
         return err_set(GERBIL_ERR_UNSUPPORTED,
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Gemma3ForCausalLM, "
-                       "Gemma3ForConditionalGeneration (text), Lfm2ForCausalLM",
+                       "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3NextForCausalLM, "
+                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Lfm2ForCausalLM",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
     /* root: where the text model's hyperparameters are, text_config in a multimodal
      * checkpoint (whose top level still holds quantization and, often, tie_word_embeddings) */
@@ -459,6 +501,13 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
         GB_TRY(read_deltanet(root, path, cfg));
         break;
     case ARCH_GEMMA3: GB_TRY(read_gemma3(root, path, cfg)); break;
+    case ARCH_QWEN3NEXT:
+        cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
+        cfg->qk_norm = cfg->norm_add_one = cfg->attn_out_gate = 1;
+        GB_TRY(read_deltanet(root, path, cfg));
+        cfg->dn.fused_proj = FUSED_QKVZ | FUSED_BA;
+        GB_TRY(read_moe(root, path, cfg));
+        break;
     default: break;
     }
     if (!g) GB_TRY(parse_act(json_get_str(root, "hidden_act", "silu"), "hidden_act", path, &cfg->act));
@@ -505,8 +554,10 @@ gerbil_status model_config_load(const char *dir, struct model_config *cfg) {
 void model_config_free(struct model_config *cfg) {
     free(cfg->layer_sliding);
     free(cfg->layer_kind);
+    free(cfg->layer_moe);
     cfg->layer_sliding = NULL;
     cfg->layer_kind = NULL;
+    cfg->layer_moe = NULL;
     for (int i = 0; i < cfg->mlx.n_over; i++) free(cfg->mlx.over[i].module);
     free(cfg->mlx.over);
     memset(&cfg->mlx, 0, sizeof cfg->mlx);

@@ -15,6 +15,8 @@ enum model_arch {
     ARCH_QWEN35,    /* Qwen3_5ForCausalLM / the text of Qwen3_5ForConditionalGeneration:
                        Gated DeltaNet layers + gated full attention */
     ARCH_GEMMA3,    /* Gemma3ForCausalLM, and the text tower of Gemma3ForConditionalGeneration */
+    ARCH_QWEN3NEXT, /* Qwen3NextForCausalLM: Qwen3.5's hybrid with fused, per-key-head
+                       interleaved DeltaNet input projections and sparse MoE feed-forwards */
     ARCH_LFM2,      /* Lfm2ForCausalLM (Liquid AI): gated short-convolution layers + attention
                        with per-head q/k norms; its own module names (see llama.c) */
     ARCH_COUNT,
@@ -61,6 +63,20 @@ struct deltanet_config {
     int k_dim, v_dim;          /* linear_key_head_dim, linear_value_head_dim */
     int conv_kernel;           /* linear_conv_kernel_dim */
     int v_heads_tiled;         /* value head h reads key head h % nk (GGUF order), not h / (nv / nk) */
+    int fused_proj;            /* Qwen3-Next, bits FUSED_QKVZ / FUSED_BA: in_proj_qkvz / in_proj_ba,
+                                  grouped per key head, instead of in_proj_qkv + in_proj_z / b + a */
+};
+
+enum { FUSED_QKVZ = 1, FUSED_BA = 2 };
+
+/* Sparse mixture-of-experts feed-forward (Qwen3-Next): a router picks n_used of n_expert
+ * SwiGLU experts per token; a shared SwiGLU expert is added, gated by a sigmoid. */
+struct moe_config {
+    int n_expert;              /* num_experts (0: no MoE layers) */
+    int n_used;                /* num_experts_per_tok */
+    int n_ff_exp;              /* moe_intermediate_size */
+    int n_ff_shexp;            /* shared_expert_intermediate_size */
+    int norm_topk_prob;        /* renormalise the selected probabilities to sum 1 */
 };
 
 /* MLX affine quantization declared in config.json ("quantization" or
@@ -99,6 +115,8 @@ struct model_config {
     uint8_t *layer_sliding;    /* [n_layer]: 1 where the layer uses the window */
     uint8_t *layer_kind;       /* [n_layer]: enum layer_kind */
     struct deltanet_config dn; /* when any layer is LAYER_DELTANET */
+    struct moe_config moe;
+    uint8_t *layer_moe;        /* [n_layer]: 1 where the feed-forward is the MoE block */
     struct shortconv_config sc; /* when any layer is LAYER_SHORTCONV */
     int attn_out_gate;         /* q_proj also yields a per-head gate: out *= sigmoid(gate) (Qwen3.5) */
     struct rope_config rope;

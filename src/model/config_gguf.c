@@ -18,6 +18,7 @@ static const struct {
     {"qwen3", ARCH_QWEN3},
     {"qwen35", ARCH_QWEN35},
     {"gemma3", ARCH_GEMMA3},
+    {"qwen3next", ARCH_QWEN3NEXT},
     {"lfm2", ARCH_LFM2},
 };
 
@@ -94,10 +95,43 @@ static gerbil_status gguf_deltanet(const struct gguf_file *f, const char *arch, 
         inner % (uint32_t)d->n_v_heads)
         return err_set(GERBIL_ERR_FORMAT, "%s: inconsistent ssm.* metadata for %s", path, arch);
     d->v_dim = (int)(inner / (uint32_t)d->n_v_heads);
-    d->v_heads_tiled = d->n_v_heads != d->n_k_heads;
+    /* qwen3next keeps Hugging Face's grouped order (value head g * r + j: key head g) */
+    d->v_heads_tiled = cfg->arch == ARCH_QWEN35 && d->n_v_heads != d->n_k_heads;
     uint32_t every;
     GB_TRY(arch_u32(f, arch, "full_attention_interval", 4, path, &every));
     for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % (int)every ? LAYER_DELTANET : LAYER_ATTENTION;
+    return GERBIL_OK;
+}
+
+/* qwen3next: in_proj_ba is always fused (ssm_ba); in_proj_qkvz is split into attn_qkv
+ * and attn_gate by current converters, fused (ssm_in) by older ones. A layer is MoE
+ * when it has a router (ffn_gate_inp), as llama.cpp decides; llama.cpp always
+ * renormalises the selected experts' weights. */
+static gerbil_status gguf_moe(const struct gguf_file *f, const char *arch, const char *path, struct model_config *cfg) {
+    cfg->dn.fused_proj = FUSED_BA | (gguf_find_tensor(f, "blk.0.ssm_in.weight") ? FUSED_QKVZ : 0);
+    struct moe_config *m = &cfg->moe;
+    uint32_t v;
+    cfg->layer_moe = calloc((size_t)cfg->n_layer, 1);
+    if (!cfg->layer_moe) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    GB_TRY(arch_u32_x(f, arch, "expert_count", 0, OPTIONAL_ZERO_OK, path, &v));
+    if (v > 65536) return err_set(GERBIL_ERR_FORMAT, "%s: %s.expert_count %u is absurd", path, arch, v);
+    m->n_expert = (int)v;
+    if (!m->n_expert) return GERBIL_OK;
+    GB_TRY(arch_u32(f, arch, "expert_used_count", 0, path, &v)); m->n_used = (int)v;
+    if (m->n_used > m->n_expert)
+        return err_set(GERBIL_ERR_FORMAT, "%s: %s.expert_used_count %d exceeds expert_count %d", path, arch, m->n_used,
+                       m->n_expert);
+    GB_TRY(arch_u32(f, arch, "expert_feed_forward_length", 0, path, &v)); m->n_ff_exp = (int)v;
+    GB_TRY(arch_u32_x(f, arch, "expert_shared_feed_forward_length", 0, OPTIONAL_ZERO_OK, path, &v));
+    m->n_ff_shexp = v ? (int)v : cfg->n_ff; /* as llama.cpp: the dense size when absent */
+    if (m->n_ff_exp > (1 << 22) || m->n_ff_shexp > (1 << 22))
+        return err_set(GERBIL_ERR_FORMAT, "%s: absurd expert sizes in the metadata", path);
+    m->norm_topk_prob = 1;
+    char name[64];
+    for (int l = 0; l < cfg->n_layer; l++) {
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+        cfg->layer_moe[l] = gguf_find_tensor(f, name) != NULL;
+    }
     return GERBIL_OK;
 }
 
@@ -111,7 +145,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
-                       "(supported: llama, qwen2, qwen3, qwen35, gemma3, lfm2)", path, arch);
+                       "(supported: llama, qwen2, qwen3, qwen35, qwen3next, gemma3, lfm2)", path, arch);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
 
     uint32_t v;
@@ -173,6 +207,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         if (cfg->final_softcap < 0)
             return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must not be negative", path);
         break;
+    case ARCH_QWEN3NEXT: cfg->qk_norm = cfg->attn_out_gate = 1; break;
     default: break;
     }
 
@@ -230,7 +265,8 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         cfg->sliding_window = (int)v;
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
     }
-    if (cfg->arch == ARCH_QWEN35) GB_TRY(gguf_deltanet(f, arch, path, cfg));
+    if (cfg->arch == ARCH_QWEN35 || cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_deltanet(f, arch, path, cfg));
+    if (cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_moe(f, arch, path, cfg));
 
     GB_TRY(gguf_get_u32(f, "tokenizer.ggml.bos_token_id", UINT32_MAX, &v));
     if (v != UINT32_MAX) cfg->bos_id = (int32_t)v;

@@ -1,9 +1,10 @@
 /* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm),
  * Gemma 3 (q/k norm, (1 + w) norms, norms after attention and ffn, scaled embeddings,
  * GELU-tanh, a RoPE of their own for sliding layers, logit soft-capping) and the hybrids
- * Qwen3.5 (Gated DeltaNet layers beside gated attention, deltanet.c) and LFM2 (gated
- * short-convolution layers beside attention with q/k norms, shortconv.c).
- * One forward; the differences are config fields, per-layer kinds and module names. */
+ * built on it: Qwen3.5 (Gated DeltaNet layers beside gated attention, deltanet.c),
+ * Qwen3-Next (the same plus sparse MoE feed-forwards, moe.c) and LFM2 (gated
+ * short-convolution layers beside attention with q/k norms, shortconv.c). One forward;
+ * the differences are config fields, per-layer kinds and module names. */
 #include "model/model.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -131,9 +132,14 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     size_t per_layer = (size_t)(4 * D + 2 * Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c) +
                        shortconv_f32_floats(c);
     size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
+    int n_moe = 0;
+    for (int l = 0; c->layer_moe && l < c->n_layer; l++) n_moe += c->layer_moe[l];
     m->f32_store = malloc(total * sizeof(float));
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    if (!m->f32_store || !m->layers) return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
+    if (n_moe) m->experts = calloc((size_t)n_moe * 3 * (size_t)c->moe.n_expert, sizeof *m->experts);
+    if (!m->f32_store || !m->layers || (n_moe && !m->experts))
+        return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
+    struct gb_weight *experts = m->experts;
     struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
 
     GB_TRY(bind_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
@@ -160,9 +166,14 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
             GB_TRY(bind_vector(&b, NAME(attn_post, "weight"), D, b.norm_add, &w->attn_post_norm));
             GB_TRY(bind_vector(&b, NAME(ffn_post, "weight"), D, b.norm_add, &w->ffn_post_norm));
         }
-        GB_TRY(bind_matrix(&b, NAME(gate, "weight"), F, D, &w->w_gate));
-        GB_TRY(bind_matrix(&b, NAME(up, "weight"), F, D, &w->w_up));
-        GB_TRY(bind_matrix(&b, NAME(down, "weight"), D, F, &w->w_down));
+        if (c->layer_moe && c->layer_moe[l]) {
+            GB_TRY(moe_bind(&b, l, w, experts));
+            experts += 3 * (size_t)c->moe.n_expert;
+        } else {
+            GB_TRY(bind_matrix(&b, NAME(gate, "weight"), F, D, &w->w_gate));
+            GB_TRY(bind_matrix(&b, NAME(up, "weight"), F, D, &w->w_up));
+            GB_TRY(bind_matrix(&b, NAME(down, "weight"), D, F, &w->w_down));
+        }
         if (c->mlp_bias) {
             GB_TRY(bind_vector(&b, NAME(gate, "bias"), F, 0, &w->b_gate));
             GB_TRY(bind_vector(&b, NAME(up, "bias"), F, 0, &w->b_up));
@@ -288,7 +299,8 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
         }
         op_add(be, x, xn, (long)n * D);                              /* x += mixer(xn) */
         op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);        /* xn = norm(x) */
-        ffn_block(s, l, n);
+        if (c->layer_moe && c->layer_moe[l]) moe_forward(s, l, n);
+        else ffn_block(s, l, n);
         op_add(be, x, xn, (long)n * D);                              /* x += ffn(xn) */
     }
 

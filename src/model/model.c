@@ -72,6 +72,7 @@ void gerbil_model_free(gerbil_model_t m) {
     wsrc_close(&m->src);
     model_config_free(&m->cfg);
     free(m->layers);
+    free(m->experts);
     free(m->f32_store);
     free(m);
 }
@@ -150,6 +151,12 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              c->rope.theta, c->rope.factor, c->rope.n_dims, local, c->sliding_window, c->tie_embeddings ? "yes" : "no",
              m->weight_bytes / 1048576.0, kv16 / 1048576.0, n_ctx, kv_bytes_per_token(c, 2) / 1024.0,
              (m->weight_bytes + kv16) / 1048576.0, n_ctx);
+    int n_moe = 0;
+    for (int l = 0; c->layer_moe && l < c->n_layer; l++) n_moe += c->layer_moe[l];
+    size_t len = strlen(buf);
+    if (n_moe && len < cap)
+        snprintf(buf + len, cap - len, "experts:        %d (%d per token, ffn %d; shared expert ffn %d) in %d of %d layers\n",
+                 c->moe.n_expert, c->moe.n_used, c->moe.n_ff_exp, c->moe.n_ff_shexp, n_moe, c->n_layer);
     return GERBIL_OK;
 }
 
@@ -205,6 +212,8 @@ static int recurrent_alloc(struct gerbil_session *s) {
         s->dn_beta = malloc(B * d->n_v_heads * sizeof(float));
         s->dn_scratch = malloc((size_t)tp_n_threads(s->model->tp) * delta_scratch_floats(d->k_dim, d->v_dim) *
                                sizeof(float));
+        if (d->fused_proj & FUSED_QKVZ && !(s->dn_qkvz = malloc(B * (C + VD) * sizeof(float)))) return -1;
+        if (d->fused_proj & FUSED_BA && !(s->dn_ba = malloc(B * 2 * d->n_v_heads * sizeof(float)))) return -1;
         if (!s->dn_in || !s->dn_conv || !s->dn_z || !s->dn_out || !s->dn_g || !s->dn_beta || !s->dn_scratch)
             return -1;
     }
@@ -223,6 +232,33 @@ static int recurrent_alloc(struct gerbil_session *s) {
         p += n;
     }
     return 0;
+}
+
+/* MoE layers: router, selection and per-expert buffers. 0 on success. */
+static int moe_alloc(struct gerbil_session *s) {
+    const struct model_config *c = &s->model->cfg;
+    int any = 0;
+    for (int l = 0; c->layer_moe && l < c->n_layer; l++) any |= c->layer_moe[l];
+    if (!any) return 0;
+    const size_t B = (size_t)s->n_batch, D = (size_t)c->n_embd, K = (size_t)c->moe.n_used;
+    s->moe_prob = malloc(B * (size_t)c->moe.n_expert * sizeof(float));
+    s->moe_sel = malloc(B * K * sizeof(int32_t));
+    s->moe_wsel = malloc(B * K * sizeof(float));
+    s->moe_rows = malloc(B * sizeof(int32_t));
+    s->moe_rw = malloc(B * sizeof(float));
+    s->moe_x = malloc(B * D * sizeof(float));
+    s->moe_y = malloc(B * D * sizeof(float));
+    s->moe_acc = malloc(B * D * sizeof(float));
+    s->moe_shg = malloc(B * sizeof(float));
+    return s->moe_prob && s->moe_sel && s->moe_wsel && s->moe_rows && s->moe_rw && s->moe_x && s->moe_y &&
+                   s->moe_acc && s->moe_shg ? 0 : -1;
+}
+
+/* The largest matmul scratch any weight of the model needs for n_tok rows. */
+static void grow_work(size_t *work, const struct gb_weight *w, int n_tok) {
+    if (!w->data) return; /* not in this layer's kind */
+    size_t need = op_matmul_work_size(w, n_tok);
+    if (need > *work) *work = need;
 }
 
 gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *params,
@@ -251,11 +287,14 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *lw = &m->layers[l];
         const struct gb_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down,
-                                        &lw->w_qkv, &lw->w_z, &lw->w_b, &lw->w_a, &lw->w_out, &lw->w_sc_in};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            if (!ws[i]->data) continue; /* not in this layer's kind */
-            size_t w = op_matmul_work_size(ws[i], s->n_batch);
-            if (w > s->be.work_size) s->be.work_size = w;
+                                        &lw->w_qkv, &lw->w_z, &lw->w_b, &lw->w_a, &lw->w_out, &lw->w_sc_in, &lw->w_qkvz,
+                                        &lw->w_ba, &lw->w_router, &lw->w_sh_gate, &lw->w_sh_up, &lw->w_sh_down,
+                                        &lw->w_sh_router};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) grow_work(&s->be.work_size, ws[i], s->n_batch);
+        for (int e = 0; lw->exp_gate && e < c->moe.n_expert; e++) {
+            grow_work(&s->be.work_size, &lw->exp_gate[e], s->n_batch);
+            grow_work(&s->be.work_size, &lw->exp_up[e], s->n_batch);
+            grow_work(&s->be.work_size, &lw->exp_down[e], s->n_batch);
         }
     }
     const size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_head_kv * c->head_dim;
@@ -270,7 +309,13 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         s->v_cache[l] = calloc((size_t)n_ctx * KV, elt);
         ok = s->k_cache[l] && s->v_cache[l];
     }
-    ok = ok && recurrent_alloc(s) == 0;
+    ok = ok && recurrent_alloc(s) == 0 && moe_alloc(s) == 0;
+    /* feed-forward hidden width: dense, routed experts and the shared expert share s->gate, s->up */
+    size_t ff = (size_t)c->n_ff;
+    if (c->layer_moe && c->moe.n_expert) {
+        if ((size_t)c->moe.n_ff_exp > ff) ff = (size_t)c->moe.n_ff_exp;
+        if ((size_t)c->moe.n_ff_shexp > ff) ff = (size_t)c->moe.n_ff_shexp;
+    }
     if (ok) {
         s->x = malloc(B * c->n_embd * sizeof(float));
         s->xn = malloc(B * c->n_embd * sizeof(float));
@@ -278,8 +323,8 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         s->att = malloc(B * Q * sizeof(float));
         s->k = malloc(B * KV * sizeof(float));
         s->v = malloc(B * KV * sizeof(float));
-        s->gate = malloc(B * (c->n_ff > (int)Q ? (size_t)c->n_ff : Q) * sizeof(float));
-        s->up = malloc(B * c->n_ff * sizeof(float));
+        s->gate = malloc(B * (ff > Q ? ff : Q) * sizeof(float));
+        s->up = malloc(B * ff * sizeof(float));
         s->attn_scratch = malloc((size_t)tp_n_threads(m->tp) * n_ctx * sizeof(float));
         if (s->be.work_size) s->be.work = malloc(s->be.work_size);
         s->inv_freq = malloc((size_t)c->rope.n_dims / 2 * sizeof(float));
@@ -308,7 +353,10 @@ void gerbil_session_free(gerbil_session_t s) {
     free(s->gate); free(s->up); free(s->attn_scratch); free(s->inv_freq); free(s->inv_freq_local); free(s->pos); free(s->be.work);
     free(s->rstate); free(s->ckpt); free(s->conv_state); free(s->delta_state);
     free(s->qg); free(s->dn_in); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_g); free(s->dn_beta);
-    free(s->dn_scratch); free(s->sc_in); free(s->sc_bx); free(s->sc_conv);
+    free(s->dn_scratch); free(s->dn_qkvz); free(s->dn_ba);
+    free(s->sc_in); free(s->sc_bx); free(s->sc_conv);
+    free(s->moe_prob); free(s->moe_sel); free(s->moe_wsel); free(s->moe_rows); free(s->moe_rw);
+    free(s->moe_x); free(s->moe_y); free(s->moe_acc); free(s->moe_shg);
     free(s);
 }
 

@@ -27,11 +27,21 @@ struct layer_weights {
     struct gb_weight w_z;      /* (nv * dv, n_embd) in_proj_z: the output gate */
     struct gb_weight w_b;      /* (nv, n_embd) in_proj_b: beta = sigmoid(x W_b^T) */
     struct gb_weight w_a;      /* (nv, n_embd) in_proj_a: decay input */
+    /* Qwen3-Next (dn.fused_proj): the four above fused, grouped per key head g of nk:
+     * in_proj_qkvz rows [q_g (dk), k_g (dk), v_g (r * dv), z_g (r * dv)], in_proj_ba rows
+     * [b_g (r), a_g (r)], r = nv / nk value heads per key head */
+    struct gb_weight w_qkvz;   /* (2 * nk * dk + 2 * nv * dv, n_embd) */
+    struct gb_weight w_ba;     /* (2 * nv, n_embd) */
     struct gb_weight w_out;    /* (n_embd, nv * dv) out_proj */
     const float *conv_w;              /* (conv_kernel, conv_dim): tap-major, transposed at load */
     const float *ssm_a;               /* (nv): -exp(A_log) */
     const float *dt_bias;             /* (nv) */
     const float *dn_norm;             /* (dv): gated RMSNorm weight */
+    /* sparse MoE feed-forward (cfg.layer_moe[l]); w_gate/w_up/w_down unused then */
+    struct gb_weight w_router;        /* (n_expert, n_embd) mlp.gate */
+    struct gb_weight *exp_gate, *exp_up, *exp_down; /* [n_expert]: (n_ff_exp, n_embd) x2, (n_embd, n_ff_exp) */
+    struct gb_weight w_sh_gate, w_sh_up, w_sh_down; /* shared expert: (n_ff_shexp, n_embd) x2, (n_embd, n_ff_shexp) */
+    struct gb_weight w_sh_router;     /* (1, n_embd) shared_expert_gate */
     /* LFM2 short convolution (LAYER_SHORTCONV); also w_out (n_embd, n_embd) out_proj and
      * conv_w (conv_L_cache, n_embd), tap-major */
     struct gb_weight w_sc_in;  /* (3 * n_embd, n_embd) in_proj: [B | C | x] */
@@ -48,6 +58,7 @@ struct gerbil_model {
     struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
     float embd_scale;                 /* embeddings multiplied by this (Gemma 3); 0: not scaled */
     struct layer_weights *layers;     /* [n_layer] */
+    struct gb_weight *experts;        /* 3 * n_expert per MoE layer, one block */
     float *f32_store;                 /* norms and biases converted to f32, one block */
     size_t weight_bytes;
     int64_t n_params;
@@ -74,6 +85,15 @@ struct gerbil_session {
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
+    float *dn_qkvz, *dn_ba;           /* (n_batch, ...) fused projections before un-interleaving */
+    /* MoE: router probabilities, each token's experts and weights, per-expert row lists */
+    float *moe_prob;                  /* (n_batch, n_expert) */
+    int32_t *moe_sel;                 /* (n_batch, n_used) */
+    float *moe_wsel;                  /* (n_batch, n_used) */
+    int32_t *moe_rows;                /* (n_batch): the tokens routed to one expert */
+    float *moe_rw;                    /* (n_batch): their routing weights */
+    float *moe_x, *moe_y, *moe_acc;   /* (n_batch, n_embd) */
+    float *moe_shg;                   /* (n_batch) shared-expert gate logits */
     float *sc_in, *sc_bx, *sc_conv;   /* (n_batch, 3 * n_embd), (n_batch, n_embd) x2: short conv */
     float *inv_freq;                  /* (rope n_dims / 2) */
     float *inv_freq_local;            /* (rope_local n_dims / 2) when the model has a sliding-layer RoPE */
@@ -99,6 +119,10 @@ size_t deltanet_f32_floats(const struct model_config *c);
 gerbil_status deltanet_bind(struct binder *b, int layer, struct layer_weights *w);
 /* xn: the normed input rows; the mixer output replaces xn. */
 void deltanet_forward(struct gerbil_session *s, int layer, int n);
+/* Sparse MoE feed-forward (moe.c). */
+gerbil_status moe_bind(struct binder *b, int layer, struct layer_weights *w, struct gb_weight *experts);
+/* xn: the normed input rows; the block's output replaces xn. */
+void moe_forward(struct gerbil_session *s, int layer, int n);
 /* LFM2 short-convolution layers (shortconv.c). */
 size_t shortconv_f32_floats(const struct model_config *c);
 gerbil_status shortconv_bind(struct binder *b, int layer, struct layer_weights *w);

@@ -14,6 +14,7 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA3},
     {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA3},
     {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA3},
+    {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN3NEXT},
     {"input_layernorm", "attn_norm", ARCH_COUNT},
     {"self_attn.q_proj", "attn_q", ARCH_COUNT},
     {"self_attn.k_proj", "attn_k", ARCH_COUNT},
@@ -32,6 +33,18 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"linear_attn.out_proj", "ssm_out", ARCH_COUNT},
     {"linear_attn.norm", "ssm_norm", ARCH_COUNT},
     {"linear_attn.conv1d", "ssm_conv1d", ARCH_COUNT},
+    {"linear_attn.in_proj_qkvz", "ssm_in", ARCH_COUNT},  /* older qwen3next conversions */
+    {"linear_attn.in_proj_ba", "ssm_ba", ARCH_COUNT},
+    /* Qwen3-Next MoE: the router, the shared expert and its gate, the experts stacked
+     * [n_expert, out, in] (named here as mlx-lm's stacked switch_mlp) */
+    {"mlp.gate", "ffn_gate_inp", ARCH_COUNT},
+    {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.up_proj", "ffn_up_shexp", ARCH_COUNT},
+    {"mlp.shared_expert.down_proj", "ffn_down_shexp", ARCH_COUNT},
+    {"mlp.switch_mlp.gate_proj", "ffn_gate_exps", ARCH_COUNT},
+    {"mlp.switch_mlp.up_proj", "ffn_up_exps", ARCH_COUNT},
+    {"mlp.switch_mlp.down_proj", "ffn_down_exps", ARCH_COUNT},
     /* LFM2 (llama.cpp arch lfm2) */
     {"operator_norm", "attn_norm", ARCH_LFM2},
     {"ffn_norm", "ffn_norm", ARCH_LFM2},
@@ -129,17 +142,26 @@ void wsrc_close(struct weight_source *s) {
     else st_checkpoint_close(&s->ck);
 }
 
-static gerbil_status shape_error(const struct gb_tensor *t, const char *name, int64_t d0, int64_t d1) {
-    char got[96] = "";
+/* n_mat > 0: a stack of n_mat matrices, shape [n_mat, d0, d1]; 0: one matrix [d0, d1]. */
+static gerbil_status shape_error(const struct gb_tensor *t, const char *name, int64_t n_mat, int64_t d0, int64_t d1) {
+    char got[96] = "", want[32] = "";
     int off = 0;
     for (int i = 0; i < t->n_dims && off < (int)sizeof got - 24; i++)
         off += snprintf(got + off, sizeof got - (size_t)off, "%s%lld", i ? ", " : "", (long long)t->ne[i]);
-    return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%lld, %lld], found [%s]", name, (long long)d0,
-                   (long long)d1, got);
+    if (n_mat) snprintf(want, sizeof want, "%lld, ", (long long)n_mat);
+    return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected shape [%s%lld, %lld], found [%s]", name, want,
+                   (long long)d0, (long long)d1, got);
 }
 
-static int has_shape(const struct gb_tensor *t, int64_t d0, int64_t d1) {
+static int has_shape(const struct gb_tensor *t, int64_t n_mat, int64_t d0, int64_t d1) {
+    if (n_mat) return t->n_dims == 3 && t->ne[0] == n_mat && t->ne[1] == d0 && t->ne[2] == d1;
+    if (d0 == 1 && t->n_dims == 1) return t->ne[0] == d1; /* one row stored as a vector (GGUF) */
     return t->n_dims == 2 && t->ne[0] == d0 && t->ne[1] == d1;
+}
+
+/* out[0 .. max(n_mat, 1)) from one view of the whole stack: matrix i starts i * rows rows in. */
+static void split_stack(const struct gb_weight *all, int64_t n_mat, int64_t rows, struct gb_weight *out) {
+    for (int64_t i = 0; i < (n_mat ? n_mat : 1); i++) out[i] = weight_rows(all, i * rows, rows);
 }
 
 static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) {
@@ -152,7 +174,7 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
 
 /* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
 static gerbil_status mlx_matrix(const struct weight_source *s, const char *name, const struct gb_tensor *t,
-                                int64_t rows, int64_t cols, struct gb_weight *out) {
+                                int64_t n_mat, int64_t rows, int64_t cols, struct gb_weight *out) {
     char module[256], sn[272], bn[272];
     name = t->name; /* the file's spelling: overrides in config.json are keyed by it */
     size_t len = strlen(name);
@@ -172,32 +194,33 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
     if (cols % gs || (cols * bits) % 32)
         return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": %lld columns do not split into groups of %d at %d bits",
                        name, (long long)cols, gs, bits);
-    if (t->type != GB_TYPE_U32 || !has_shape(t, rows, cols * bits / 32)) {
+    if (t->type != GB_TYPE_U32 || !has_shape(t, n_mat, rows, cols * bits / 32)) {
         if (t->type != GB_TYPE_U32)
             return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX %d-bit weights must be U32, found %s", name, bits,
                            type_name(t->type));
-        return shape_error(t, name, rows, cols * bits / 32);
+        return shape_error(t, name, n_mat, rows, cols * bits / 32);
     }
     for (int k = 0; k < 2; k++) {
         const struct gb_tensor *x = k ? bi : sc;
         const char *xn = k ? bn : sn;
-        if (!has_shape(x, rows, cols / gs)) return shape_error(x, xn, rows, cols / gs);
+        if (!has_shape(x, n_mat, rows, cols / gs)) return shape_error(x, xn, n_mat, rows, cols / gs);
         if (!type_traits(x->type)->is_float || x->type != sc->type)
             return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": MLX scales and biases must share a float type "
                            "(found %s and %s)", xn, type_name(sc->type), type_name(bi->type));
         GB_TRY(check_aligned(x, xn));
     }
     GB_TRY(check_aligned(t, name));
-    *out = (struct gb_weight){
-        .kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = rows, .n_in = cols, .data = t->data,
-        .row_bytes = (size_t)(cols * bits / 8), .bits = bits, .group_size = gs, .sb_type = sc->type,
-        .scales = sc->data, .biases = bi->data, .name = t->name,
+    const struct gb_weight all = {
+        .kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = (n_mat ? n_mat : 1) * rows, .n_in = cols,
+        .data = t->data, .row_bytes = (size_t)(cols * bits / 8), .bits = bits, .group_size = gs,
+        .sb_type = sc->type, .scales = sc->data, .biases = bi->data, .name = t->name,
     };
+    split_stack(&all, n_mat, rows, out);
     return GERBIL_OK;
 }
 
-gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64_t rows, int64_t cols,
-                          struct gb_weight *out) {
+static gerbil_status matrices(const struct weight_source *s, const char *name, int64_t n_mat, int64_t rows,
+                              int64_t cols, struct gb_weight *out) {
     const struct gb_tensor *t = wsrc_find(s, name);
     char fname[256];
     if (!t) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", wsrc_file_name(s, name, fname, sizeof fname));
@@ -206,18 +229,30 @@ gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64
         size_t len = strlen(name);
         if (len > 7 && !strcmp(name + len - 7, ".weight")) {
             snprintf(sn, sizeof sn, "%.*s.scales", (int)(len - 7), name);
-            if (wsrc_find(s, sn)) return mlx_matrix(s, name, t, rows, cols, out);
+            if (wsrc_find(s, sn)) return mlx_matrix(s, name, t, n_mat, rows, cols, out);
         }
     }
-    if (!has_shape(t, rows, cols)) return shape_error(t, t->name, rows, cols);
+    if (!has_shape(t, n_mat, rows, cols)) return shape_error(t, t->name, n_mat, rows, cols);
     const struct gb_type_traits *tt = type_traits(t->type);
     if (!tt->is_float && !tt->is_quant)
         return err_set(GERBIL_ERR_UNSUPPORTED, "tensor \"%s\": dtype %s cannot be a weight matrix", name,
                        type_name(t->type));
     GB_TRY(check_aligned(t, name));
-    *out = (struct gb_weight){
-        .kind = GB_WEIGHT_PLAIN, .type = t->type, .n_out = rows, .n_in = cols, .data = t->data,
-        .row_bytes = type_row_size(t->type, cols), .name = t->name,
+    const struct gb_weight all = {
+        .kind = GB_WEIGHT_PLAIN, .type = t->type, .n_out = (n_mat ? n_mat : 1) * rows, .n_in = cols,
+        .data = t->data, .row_bytes = type_row_size(t->type, cols), .name = t->name,
     };
+    split_stack(&all, n_mat, rows, out);
     return GERBIL_OK;
+}
+
+gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64_t rows, int64_t cols,
+                          struct gb_weight *out) {
+    return matrices(s, name, 0, rows, cols, out);
+}
+
+gerbil_status wsrc_matrix_stack(const struct weight_source *s, const char *name, int64_t n_mat, int64_t rows,
+                                int64_t cols, struct gb_weight *out) {
+    GB_ASSERT(n_mat > 0);
+    return matrices(s, name, n_mat, rows, cols, out);
 }

@@ -36,6 +36,10 @@ const struct gb_tensor *wsrc_at(const struct weight_source *s, int i);
  * and what was expected when the shape or type is wrong. */
 gerbil_status wsrc_matrix(const struct weight_source *s, const char *hf_name, int64_t rows, int64_t cols,
                           struct gb_weight *out);
+/* A stack of n_mat [rows][cols] matrices stored as one [n_mat][rows][cols] tensor (MLX:
+ * with [n_mat][rows][cols / group] scales and biases), as out[0 .. n_mat). */
+gerbil_status wsrc_matrix_stack(const struct weight_source *s, const char *hf_name, int64_t n_mat, int64_t rows,
+                                int64_t cols, struct gb_weight *out);
 void wsrc_close(struct weight_source *s);
 
 #endif

@@ -15,6 +15,21 @@ size_t weight_nbytes(const struct gb_weight *w) {
     return (size_t)w->n_out * w->row_bytes;
 }
 
+struct gb_weight weight_rows(const struct gb_weight *w, int64_t r0, int64_t n) {
+    GB_ASSERT(r0 >= 0 && n >= 1 && r0 + n <= w->n_out);
+    struct gb_weight v = *w;
+    v.n_out = n;
+    if (w->kind == GB_WEIGHT_MLX) {
+        const size_t sb = type_traits(w->sb_type)->type_size * (size_t)(w->n_in / w->group_size);
+        v.data = (const char *)w->data + (size_t)r0 * mlx_row_bytes(w);
+        v.scales = (const char *)w->scales + (size_t)r0 * sb;
+        v.biases = (const char *)w->biases + (size_t)r0 * sb;
+    } else {
+        v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    }
+    return v;
+}
+
 void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {
     GB_ASSERT(r >= 0 && r < w->n_out);
     if (w->kind == GB_WEIGHT_MLX) {

@@ -31,6 +31,8 @@ struct gb_weight {
 
 /* Bytes the weight occupies (data + scales + biases). */
 size_t weight_nbytes(const struct gb_weight *w);
+/* Rows [r0, r0 + n) of w as a weight of their own (a view; no copy). */
+struct gb_weight weight_rows(const struct gb_weight *w, int64_t r0, int64_t n);
 /* Row r as f32 (the embedding gather; reference dequantization). */
 void weight_get_row(const struct gb_weight *w, int64_t r, float *out);
 

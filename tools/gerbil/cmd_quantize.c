@@ -66,7 +66,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3, Qwen3.5 text, Gemma 3 text, LFM2) into OUT.\n\n"
+            "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text, LFM2) into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -77,43 +77,56 @@ static void help(FILE *f) {
 }
 
 /* ---- tensor names (Hugging Face -> GGUF), as llama.cpp's converter ---- */
-/* Per layer, in llama.cpp's order. arch -1: every architecture unless a row for the same
- * module names the model's architecture; bare: no .weight/.bias suffix (a parameter). */
-static const struct { const char *hf, *gguf; int arch; int bare; } layer_names[] = {
-    {"input_layernorm", "attn_norm", -1, 0},
-    {"self_attn.q_proj", "attn_q", -1, 0},       {"self_attn.k_proj", "attn_k", -1, 0},
-    {"self_attn.v_proj", "attn_v", -1, 0},       {"self_attn.o_proj", "attn_output", -1, 0},
-    {"self_attn.q_norm", "attn_q_norm", -1, 0},  {"self_attn.k_norm", "attn_k_norm", -1, 0},
-    {"linear_attn.in_proj_qkv", "attn_qkv", ARCH_QWEN35, 0}, {"linear_attn.in_proj_z", "attn_gate", ARCH_QWEN35, 0},
-    {"linear_attn.in_proj_b", "ssm_beta", ARCH_QWEN35, 0},   {"linear_attn.in_proj_a", "ssm_alpha", ARCH_QWEN35, 0},
-    {"linear_attn.conv1d", "ssm_conv1d", ARCH_QWEN35, 0},    {"linear_attn.dt_bias", "ssm_dt.bias", ARCH_QWEN35, 1},
-    {"linear_attn.A_log", "ssm_a", ARCH_QWEN35, 1},          {"linear_attn.norm", "ssm_norm", ARCH_QWEN35, 0},
-    {"linear_attn.out_proj", "ssm_out", ARCH_QWEN35, 0},
-    {"post_attention_layernorm", "ffn_norm", -1, 0},
-    {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN35, 0},
+/* Per layer, in llama.cpp's order. archs: a mask of the architectures a row is for; 0: every
+ * architecture unless a row for the same module names the model's; bare: no .weight/.bias
+ * suffix (a parameter). Qwen3-Next's in_proj_qkvz is written twice: its q/k/v rows as
+ * attn_qkv and its z rows as attn_gate (hybrid_xform picks the rows). */
+#define A(a) (1u << (a))
+#define HYBRID (A(ARCH_QWEN35) | A(ARCH_QWEN3NEXT))
+static const struct { const char *hf, *gguf; unsigned archs; int bare; } layer_names[] = {
+    {"input_layernorm", "attn_norm", 0, 0},
+    {"self_attn.q_proj", "attn_q", 0, 0},       {"self_attn.k_proj", "attn_k", 0, 0},
+    {"self_attn.v_proj", "attn_v", 0, 0},       {"self_attn.o_proj", "attn_output", 0, 0},
+    {"self_attn.q_norm", "attn_q_norm", 0, 0},  {"self_attn.k_norm", "attn_k_norm", 0, 0},
+    {"linear_attn.in_proj_qkv", "attn_qkv", HYBRID, 0}, {"linear_attn.in_proj_z", "attn_gate", HYBRID, 0},
+    {"linear_attn.in_proj_b", "ssm_beta", HYBRID, 0},   {"linear_attn.in_proj_a", "ssm_alpha", HYBRID, 0},
+    {"linear_attn.conv1d", "ssm_conv1d", HYBRID, 0},    {"linear_attn.dt_bias", "ssm_dt.bias", HYBRID, 1},
+    {"linear_attn.A_log", "ssm_a", HYBRID, 1},          {"linear_attn.norm", "ssm_norm", HYBRID, 0},
+    {"linear_attn.out_proj", "ssm_out", HYBRID, 0},
+    {"linear_attn.in_proj_qkvz", "attn_qkv", HYBRID, 0}, {"linear_attn.in_proj_qkvz", "attn_gate", HYBRID, 0},
+    {"linear_attn.in_proj_ba", "ssm_ba", HYBRID, 0},
+    {"mlp.gate", "ffn_gate_inp", HYBRID, 0},            {"mlp.shared_expert_gate", "ffn_gate_inp_shexp", HYBRID, 0},
+    {"mlp.shared_expert.gate_proj", "ffn_gate_shexp", HYBRID, 0},
+    {"mlp.shared_expert.up_proj", "ffn_up_shexp", HYBRID, 0},
+    {"mlp.shared_expert.down_proj", "ffn_down_shexp", HYBRID, 0},
+    {"post_attention_layernorm", "ffn_norm", 0, 0},
+    {"post_attention_layernorm", "post_attention_norm", HYBRID, 0},
     /* Gemma 2/3 keep a norm after attention, so the ffn norm is the one before the feed-forward */
-    {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA3, 0},
-    {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA3, 0},
-    {"mlp.gate_proj", "ffn_gate", -1, 0},        {"mlp.up_proj", "ffn_up", -1, 0},
-    {"mlp.down_proj", "ffn_down", -1, 0},
-    {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA3, 0},
+    {"post_attention_layernorm", "post_attention_norm", A(ARCH_GEMMA3), 0},
+    {"pre_feedforward_layernorm", "ffn_norm", A(ARCH_GEMMA3), 0},
+    {"mlp.gate_proj", "ffn_gate", 0, 0},        {"mlp.up_proj", "ffn_up", 0, 0},
+    {"mlp.down_proj", "ffn_down", 0, 0},
+    {"post_feedforward_layernorm", "post_ffw_norm", A(ARCH_GEMMA3), 0},
     /* LFM2 (llama.cpp arch lfm2) */
-    {"operator_norm", "attn_norm", ARCH_LFM2, 0},
-    {"self_attn.q_layernorm", "attn_q_norm", ARCH_LFM2, 0}, {"self_attn.k_layernorm", "attn_k_norm", ARCH_LFM2, 0},
-    {"self_attn.out_proj", "attn_output", ARCH_LFM2, 0},
-    {"conv.conv", "shortconv.conv", ARCH_LFM2, 0},         {"conv.in_proj", "shortconv.in_proj", ARCH_LFM2, 0},
-    {"conv.out_proj", "shortconv.out_proj", ARCH_LFM2, 0},
-    {"ffn_norm", "ffn_norm", ARCH_LFM2, 0},
-    {"feed_forward.w1", "ffn_gate", ARCH_LFM2, 0},         {"feed_forward.w3", "ffn_up", ARCH_LFM2, 0},
-    {"feed_forward.w2", "ffn_down", ARCH_LFM2, 0},
+    {"operator_norm", "attn_norm", A(ARCH_LFM2), 0},
+    {"self_attn.q_layernorm", "attn_q_norm", A(ARCH_LFM2), 0}, {"self_attn.k_layernorm", "attn_k_norm", A(ARCH_LFM2), 0},
+    {"self_attn.out_proj", "attn_output", A(ARCH_LFM2), 0},
+    {"conv.conv", "shortconv.conv", A(ARCH_LFM2), 0},         {"conv.in_proj", "shortconv.in_proj", A(ARCH_LFM2), 0},
+    {"conv.out_proj", "shortconv.out_proj", A(ARCH_LFM2), 0},
+    {"ffn_norm", "ffn_norm", A(ARCH_LFM2), 0},
+    {"feed_forward.w1", "ffn_gate", A(ARCH_LFM2), 0},         {"feed_forward.w3", "ffn_up", A(ARCH_LFM2), 0},
+    {"feed_forward.w2", "ffn_down", A(ARCH_LFM2), 0},
 };
+_Static_assert(ARCH_COUNT <= 32, "an architecture mask fits in unsigned");
 
 static int layer_name_applies(size_t i, enum model_arch arch) {
-    if (layer_names[i].arch >= 0) return layer_names[i].arch == (int)arch;
+    if (layer_names[i].archs) return (layer_names[i].archs & A(arch)) != 0;
     for (size_t j = 0; j < sizeof layer_names / sizeof layer_names[0]; j++)
-        if (layer_names[j].arch == (int)arch && !strcmp(layer_names[j].hf, layer_names[i].hf)) return 0;
+        if ((layer_names[j].archs & A(arch)) && !strcmp(layer_names[j].hf, layer_names[i].hf)) return 0;
     return 1;
 }
+#undef A
+#undef HYBRID
 
 /* RMSNorm weights (not the DeltaNet's gated norm, which scales by w). */
 static int is_norm(const char *module) {
@@ -129,6 +142,7 @@ struct xform {
     const int64_t *col_src;  /* GGUF column i <- source column col_src[i] (NULL: same) */
     float add;               /* + add (zero-centred norms stored as 1 + w) */
     int neg_exp;             /* -exp(x) (A_log -> A) */
+    int64_t n_rows;          /* rows written (with row_src); 0: the source's */
 };
 
 struct qctx {
@@ -198,6 +212,7 @@ static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum g
                              const void **data, size_t *nbytes) {
     int64_t n_out = src->n_dims >= 2 ? src->ne[0] : 1;
     int64_t n_in = tensor_nelements(src) / n_out;
+    if (x->n_rows) n_out = x->n_rows;
     size_t row_out = type_row_size(t, n_in), row_in = type_row_size(src->type, n_in);
     *nbytes = row_out * (size_t)n_out;
     int same = !x->perm_heads && !x->row_src && !x->col_src && x->add == 0 && !x->neg_exp;
@@ -263,7 +278,7 @@ static gerbil_status gguf_tensor(struct qctx *q, struct gguf_writer *w, const st
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: tensor %s is %s; quantize needs f32, f16 or bf16 weights",
                        q->in, t->name, type_name(t->type));
     /* [C, 1, K] conv kernels are squeezed to [C, K] as llama.cpp's converter does */
-    int64_t ne[2] = {t->ne[0], tensor_nelements(t) / t->ne[0]};
+    int64_t ne[2] = {x->n_rows ? x->n_rows : t->ne[0], tensor_nelements(t) / t->ne[0]};
     int n_dims = t->n_dims == 1 ? 1 : 2;
     for (int d = 1; d < t->n_dims - 1; d++)
         if (t->ne[d] != 1)
@@ -289,7 +304,7 @@ static gerbil_status gguf_tensor(struct qctx *q, struct gguf_writer *w, const st
  * `width` channels starting at `first` (identity outside), or NULL when no reorder. */
 static int64_t *v_head_order(struct qctx *q, int64_t n, int64_t first, int width) {
     const struct deltanet_config *d = &q->cfg.dn;
-    if (d->n_v_heads == d->n_k_heads) return NULL;
+    if (d->n_v_heads == d->n_k_heads || q->cfg.arch != ARCH_QWEN35) return NULL; /* qwen3next: grouped */
     int64_t *m = qalloc(q, (size_t)n * sizeof *m);
     if (!m) return NULL;
     const int r = d->n_v_heads / d->n_k_heads;
@@ -303,10 +318,37 @@ static int64_t *v_head_order(struct qctx *q, int64_t n, int64_t first, int width
     return m;
 }
 
-/* The changes a Qwen3.5 DeltaNet tensor needs (module: the path after the layer). */
-static struct xform qwen35_xform(struct qctx *q, const char *module, const struct gb_tensor *t) {
+/* Qwen3-Next's in_proj_qkvz rows, grouped per key head g as [q_g, k_g, v_g, z_g]: the
+ * source rows of attn_qkv ([q | k | v], z == 0) or of attn_gate (z == 1), as llama.cpp's
+ * converter un-interleaves them. */
+static int64_t *qkvz_rows(struct qctx *q, int z, int64_t *n_rows) {
+    const struct deltanet_config *d = &q->cfg.dn;
+    const int64_t nk = d->n_k_heads, dk = d->k_dim, rv = (int64_t)(d->n_v_heads / d->n_k_heads) * d->v_dim;
+    const int64_t G = 2 * dk + 2 * rv, key_dim = nk * dk;
+    *n_rows = z ? nk * rv : 2 * key_dim + nk * rv;
+    int64_t *m = qalloc(q, (size_t)*n_rows * sizeof *m);
+    if (!m) return NULL;
+    for (int64_t i = 0; i < *n_rows; i++) {
+        if (z) { m[i] = (i / rv) * G + 2 * dk + rv + i % rv; continue; }
+        if (i < 2 * key_dim) m[i] = (i % key_dim) / dk * G + (i / key_dim) * dk + i % dk; /* q, then k */
+        else m[i] = (i - 2 * key_dim) / rv * G + 2 * dk + (i - 2 * key_dim) % rv;
+    }
+    return m;
+}
+
+/* The changes a Qwen3.5 / Qwen3-Next DeltaNet tensor needs (module: the path after the
+ * layer; gguf: the name it is written under). Norms are handled by the caller. */
+static struct xform hybrid_xform(struct qctx *q, const char *module, const char *gguf, const struct gb_tensor *t) {
     const struct deltanet_config *d = &q->cfg.dn;
     struct xform x = {0};
+    if (!strcmp(module, "linear_attn.in_proj_qkvz")) {
+        x.row_src = qkvz_rows(q, !strcmp(gguf, "attn_gate"), &x.n_rows);
+        return x;
+    }
+    if (!strcmp(module, "linear_attn.in_proj_qkvz")) {
+        x.row_src = qkvz_rows(q, !strcmp(gguf, "attn_gate"), &x.n_rows);
+        return x;
+    }
     const int64_t key2 = 2 * (int64_t)d->n_k_heads * d->k_dim;
     if (!strcmp(module, "linear_attn.A_log")) {
         x.neg_exp = 1;
@@ -452,7 +494,8 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
         }
     }
     const char *pre = q->cfg.arch == ARCH_QWEN35 ? "qwen35" : q->cfg.arch == ARCH_LFM2 ? "lfm2"
-                      : q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 ? "qwen2" : "llama-bpe";
+                      : q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 || q->cfg.arch == ARCH_QWEN3NEXT
+                          ? "qwen2" : "llama-bpe";
     if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2")) ||
         (st = gguf_writer_add_str(w, "tokenizer.ggml.pre", pre)) ||
         (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n)) ||
@@ -520,12 +563,77 @@ done:
     return st;
 }
 
+/* Qwen3-Next MoE layer l: the experts' gate, up and down matrices stacked into
+ * ffn_{gate,up,down}_exps [n_expert, out, in], from per-expert tensors
+ * (mlp.experts.E.*_proj.weight) or transformers' fused ones (mlp.experts.gate_up_proj
+ * [E, 2I, D], mlp.experts.down_proj [E, D, I]). */
+static gerbil_status gguf_experts(struct qctx *q, struct gguf_writer *w, int l, int *idx, int total) {
+    const struct model_config *c = &q->cfg;
+    const int64_t E = c->moe.n_expert, I = c->moe.n_ff_exp, D = c->n_embd;
+    static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *gn[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    char hname[256], gname[64];
+    snprintf(hname, sizeof hname, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    const struct gb_tensor *fgu = find_mark(q, hname);
+    snprintf(hname, sizeof hname, "model.layers.%d.mlp.experts.down_proj", l);
+    const struct gb_tensor *fd = find_mark(q, hname);
+    const struct xform none = {0};
+    for (int p = 0; p < 3; p++) {
+        const int64_t rows = p == 2 ? D : I, cols = p == 2 ? I : D;
+        snprintf(gname, sizeof gname, "blk.%d.%s.weight", l, gn[p]);
+        enum gb_type wanted, to = matrix_type(q, gname, l, cols, &wanted);
+        const size_t per = type_row_size(to, cols) * (size_t)rows;
+        uint8_t *buf = qalloc(q, per * (size_t)E);
+        if (!buf) return err_set(GERBIL_ERR_NOMEM, "out of memory stacking %s", gname);
+        for (int64_t e = 0; e < E; e++) {
+            const struct gb_tensor *src = p == 2 ? fd : fgu;
+            struct gb_tensor v;
+            if (src) { /* one expert's rows of the fused 3-D tensor */
+                const int64_t src_rows = p == 2 ? D : 2 * I;
+                if (src->n_dims != 3 || src->ne[0] != E || src->ne[1] != src_rows || src->ne[2] != cols)
+                    return err_set(GERBIL_ERR_FORMAT, "%s: tensor \"%s\" should be [%lld, %lld, %lld]", q->in,
+                                   src->name, (long long)E, (long long)src_rows, (long long)cols);
+                const size_t row_in = type_row_size(src->type, cols);
+                v = *src;
+                v.n_dims = 2;
+                v.ne[0] = rows;
+                v.ne[1] = cols;
+                v.data = (const uint8_t *)src->data + (size_t)(e * src_rows + (p == 1 ? I : 0)) * row_in;
+                v.nbytes = (size_t)rows * row_in;
+            } else {
+                snprintf(hname, sizeof hname, "model.layers.%d.mlp.experts.%lld.%s.weight", l, (long long)e, proj[p]);
+                if (!(src = find_mark(q, hname)))
+                    return err_set(GERBIL_ERR_FORMAT, "%s: missing tensor \"%s\"", q->in, hname);
+                if (src->n_dims != 2 || src->ne[0] != rows || src->ne[1] != cols)
+                    return err_set(GERBIL_ERR_FORMAT, "%s: tensor \"%s\" should be [%lld, %lld]", q->in, hname,
+                                   (long long)rows, (long long)cols);
+                v = *src;
+            }
+            if (v.type != GB_TYPE_F32 && v.type != GB_TYPE_F16 && v.type != GB_TYPE_BF16)
+                return err_set(GERBIL_ERR_UNSUPPORTED, "%s: tensor %s is %s; quantize needs f32, f16 or bf16 weights",
+                               q->in, v.name, type_name(v.type));
+            const void *data;
+            size_t nbytes;
+            GB_TRY(convert(q, &v, to, &none, &data, &nbytes));
+            GB_ASSERT(nbytes == per);
+            memcpy(buf + (size_t)e * per, data, per);
+        }
+        fprintf(stderr, "[%4d/%4d] %-32s [%lld x %lld x %lld] -> %s\n", ++*idx, total, gname, (long long)E,
+                (long long)rows, (long long)cols, type_name(to));
+        if (to != wanted) q->n_fallback++;
+        q->bytes_out += per * (size_t)E;
+        GB_TRY(gguf_writer_add_tensor(w, gname, to, 3, (int64_t[]){E, rows, cols}, buf, per * (size_t)E));
+    }
+    return GERBIL_OK;
+}
+
 static const char *gguf_arch(enum model_arch a) {
     switch (a) {
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
     case ARCH_QWEN35: return "qwen35";
     case ARCH_GEMMA3: return "gemma3";
+    case ARCH_QWEN3NEXT: return "qwen3next";
     case ARCH_LFM2: return "lfm2";
     default: return "llama";
     }
@@ -617,15 +725,15 @@ static gerbil_status write_gguf(struct qctx *q) {
         goto out;
     if (c->sliding_window && (st = gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
         goto out;
-    if (c->arch == ARCH_QWEN35) {
+    if (c->arch == ARCH_QWEN35 || c->arch == ARCH_QWEN3NEXT) {
         const struct deltanet_config *d = &c->dn;
         int every = 0; /* llama.cpp reads the layer pattern as an interval */
         for (int l = 0; l < c->n_layer && !every; l++)
             if (c->layer_kind[l] == LAYER_ATTENTION) every = l + 1;
         for (int l = 0; l < c->n_layer; l++)
             if ((c->layer_kind[l] == LAYER_ATTENTION) != (every && (l + 1) % every == 0)) {
-                st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF qwen35 needs full-attention layers at a fixed "
-                             "interval", q->in);
+                st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF %s needs full-attention layers at a fixed "
+                             "interval", q->in, arch);
                 goto out;
             }
         const int32_t sections[4] = {11, 11, 10, 0};
@@ -635,7 +743,20 @@ static gerbil_status write_gguf(struct qctx *q) {
             (st = gguf_writer_add_u32(w, KEY("ssm.time_step_rank"), (uint32_t)d->n_v_heads)) ||
             (st = gguf_writer_add_u32(w, KEY("ssm.inner_size"), (uint32_t)(d->v_dim * d->n_v_heads))) ||
             (st = gguf_writer_add_u32(w, KEY("full_attention_interval"), (uint32_t)(every ? every : c->n_layer + 1))) ||
-            (st = gguf_writer_add_arr(w, KEY("rope.dimension_sections"), GGUF_VT_I32, sections, 4)))
+            (c->arch == ARCH_QWEN35 &&
+             (st = gguf_writer_add_arr(w, KEY("rope.dimension_sections"), GGUF_VT_I32, sections, 4))))
+            goto out;
+    }
+    if (c->arch == ARCH_QWEN3NEXT && c->moe.n_expert) {
+        const struct moe_config *m = &c->moe;
+        if (!m->norm_topk_prob) { /* llama.cpp always renormalises the selected weights */
+            st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF qwen3next cannot express norm_topk_prob false", q->in);
+            goto out;
+        }
+        if ((st = gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)m->n_expert)) ||
+            (st = gguf_writer_add_u32(w, KEY("expert_used_count"), (uint32_t)m->n_used)) ||
+            (st = gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)m->n_ff_exp)) ||
+            (st = gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)m->n_ff_shexp)))
             goto out;
     }
     if (c->arch == ARCH_LFM2) { /* KV heads per layer, 0 marking the short-conv layers */
@@ -660,9 +781,10 @@ static gerbil_status write_gguf(struct qctx *q) {
     }
     const struct xform none = {0};
     if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, &none, ++idx, total))) goto out;
-    int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL, is35 = c->arch == ARCH_QWEN35;
-    /* norms that scale by 1 + w (Gemma 3, Qwen3.5): GGUF stores the sum; a Qwen3.5 source in
-     * MLX layout (conv kernels [C, K, 1]) has it already */
+    int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL,
+        is35 = c->arch == ARCH_QWEN35 || c->arch == ARCH_QWEN3NEXT; /* the hybrids */
+    /* norms that scale by 1 + w (Gemma 3, the Qwen hybrids): GGUF stores the sum; a hybrid
+     * source in MLX layout (conv kernels [C, K, 1]) has it already */
     float norm_add = c->norm_add_one ? 1.0f : 0.0f;
     for (int l = 0; is35 && l < c->n_layer; l++) {
         snprintf(hname, sizeof hname, "model.layers.%d.linear_attn.conv1d.weight", l);
@@ -678,12 +800,15 @@ static gerbil_status write_gguf(struct qctx *q) {
                 snprintf(hname, sizeof hname, "model.layers.%d.%s%s", l, layer_names[i].hf, sfx);
                 if (!(t = find_mark(q, hname))) continue;
                 snprintf(gname, sizeof gname, "blk.%d.%s%s", l, layer_names[i].gguf, sfx);
-                struct xform x = is35 ? qwen35_xform(q, layer_names[i].hf, t) : none;
+                struct xform x = is35 ? hybrid_xform(q, layer_names[i].hf, layer_names[i].gguf, t) : none;
+                if (x.n_rows && !x.row_src) { st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
                 if (is_norm(layer_names[i].hf)) x.add = norm_add;
                 if (perm && !strcmp(layer_names[i].gguf, "attn_q")) x.perm_heads = c->n_head;
                 if (perm && !strcmp(layer_names[i].gguf, "attn_k")) x.perm_heads = c->n_head_kv;
                 if ((st = gguf_tensor(q, w, t, gname, l, &x, ++idx, total))) goto out;
             }
+    for (int l = 0; c->layer_moe && l < c->n_layer; l++)
+        if (c->layer_moe[l] && (st = gguf_experts(q, w, l, &idx, total))) goto out;
     struct xform onorm = {.add = norm_add};
     if ((t = find_mark(q, "model.norm.weight")) &&
         (st = gguf_tensor(q, w, t, "output_norm.weight", -1, &onorm, ++idx, total)))
