@@ -9,7 +9,7 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil bench --model DIR [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
+    fprintf(f, "usage: gerbil bench --model M [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
                "Measures prompt processing (P tokens in one batch) and generation (N tokens one at\n"
                "a time) in tokens/s, averaged over R repetitions after one warm-up.\n\noptions:\n"
                "  -p, --n-prompt P     prompt tokens (default 512; 0 skips)\n"

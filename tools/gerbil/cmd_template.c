@@ -14,7 +14,8 @@ static void help(FILE *f) {
     fprintf(f, "usage: gerbil template --model DIR --messages messages.json [options]\n\n"
                "Renders the model's chat template over the messages and prints the prompt exactly\n"
                "(no newline added), as transformers' apply_chat_template(tokenize=False) does.\n\noptions:\n"
-               "      --model DIR              folder with tokenizer_config.json and/or chat_template.jinja\n"
+               "      --model M                folder with tokenizer_config.json and/or chat_template.jinja,\n"
+               "                               or a Hugging Face repo id org/name\n"
                "      --messages FILE          JSON array of messages ({\"role\", \"content\", ...})\n"
                "      --tools FILE             JSON array of tool definitions\n"
                "      --add-generation-prompt  end with the assistant turn header\n"
@@ -71,6 +72,9 @@ int cmd_template(int argc, char **argv) {
     char *msgs = NULL, *tls = NULL, *out = NULL;
     const char *names[MAX_VARS], *values[MAX_VARS];
     char name_buf[MAX_VARS][128];
+    char path[4096];
+    if (model && cli_resolve_ref(model, NULL, path, sizeof path)) return 1;
+    if (model) model = path;
     gerbil_status st = gerbil_chat_template_load(model, tfile, &ct);
     if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
     if (!ct) {
