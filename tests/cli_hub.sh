@@ -22,7 +22,8 @@ ok() { if [ "$1" = 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL
 expect_fail() {
     local name=$1 pat=$2; shift 2
     "$@" >"$T/out" 2>"$T/err"; local rc=$?
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qE -- "$pat" "$T/err"; then pass=$((pass+1))
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qE -- "$pat" "$T/err" && ! grep -qE "Sanitizer|runtime error" "$T/err"; then
+        pass=$((pass+1))
     else fail=$((fail+1)); echo "FAIL: $name (rc=$rc)"; sed 's/^/  stderr: /' "$T/err" | head -5; fi
 }
 
