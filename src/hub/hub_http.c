@@ -146,6 +146,12 @@ static gerbil_status curl_error(CURLcode rc, const char *curl_err, const struct 
     case CURLE_HTTP2_STREAM:
         return err_set(GERBIL_ERR_NETWORK, "the connection dropped while downloading %s (%s); run the same "
                        "command again to resume", what, detail);
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CONNECT_ERROR:
+        return err_set(GERBIL_ERR_NETWORK, "secure connection to %s for %s failed: %s; install the CA certificates "
+                       "(apt-get install ca-certificates) or check the system clock and any proxy", h->endpoint, what,
+                       detail);
     default:
         return err_set(GERBIL_ERR_NETWORK, "downloading %s from %s failed: %s", what, h->endpoint, detail);
     }
