@@ -47,6 +47,7 @@ for _ in $(seq 100); do [ -f $T/port ] && break; sleep 0.1; done
 [ -f $T/port ] || { echo "FAIL: the hub stand-in did not start"; exit 1; }
 export HF_ENDPOINT=http://127.0.0.1:$(cat $T/port) HF_HUB_CACHE=$T/cache
 unset HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_HUB_OFFLINE GERBIL_MODEL
+export HF_TOKEN_PATH=$T/no-saved-token  # a token saved by `hf auth login` must not leak in
 mode() { echo "$1" > $T/mode; }
 CLOSED=http://127.0.0.1:9  # nothing listens there: any network use fails
 SNAP=$T/cache/models--tiny--stories/snapshots/$(python3 -c "import hashlib; print(hashlib.sha1(b'tiny/stories').hexdigest())")
@@ -94,6 +95,9 @@ grep -q '"ids": \[' $T/out; ok $? "tokenize --model tiny/stories: $(cat $T/out)"
 n_before=$(wc -l < $T/log)
 "$G" pull tiny/stories > /dev/null 2>&1; ok $? "second pull"
 [ "$(tail -n +$((n_before+1)) $T/log | grep -c resolve)" = 0 ]; ok $? "a second pull fetches nothing"
+"$G" pull tiny/stories 2>&1 >/dev/null | grep -q "tiny/stories is up to date"; ok $? "a second pull says up to date"
+HF_ENDPOINT=$CLOSED "$G" quantize tiny/stories $T/q8.gguf --type q8_0 > /dev/null 2> $T/err && \
+    "$G" run --model $T/q8.gguf --ids 1 -n 4 > /dev/null 2>&1; ok $? "quantize takes a repo id: $(tail -2 $T/err)"
 
 # 3. a dropped connection: the pull fails clearly, keeps the part, and the next pull resumes with a Range
 "$G" rm tiny/stories > /dev/null
@@ -131,6 +135,8 @@ HF_TOKEN=wrong expect_fail "gated, wrong token" "HTTP 403.*check that your token
 "$G" pull --token secret tiny/gated > /dev/null 2> $T/err; ok $? "gated with --token: $(cat $T/err)"
 grep -q "api/models/tiny/gated.* auth=yes -> 200" $T/log; ok $? "the token is sent as Authorization"
 HF_TOKEN=secret "$G" info tiny/gated > /dev/null 2>&1; ok $? "HF_TOKEN works for info on a gated repo"
+printf 'secret\n' > $T/saved-token; "$G" rm tiny/gated > /dev/null
+HF_TOKEN_PATH=$T/saved-token "$G" pull tiny/gated > /dev/null 2>&1; ok $? "the token saved by hf auth login is used"
 expect_fail "no such repo" "no repo tiny/nope on .*HTTP 404" "$G" pull tiny/nope
 expect_fail "no such revision" 'tiny/stories has no revision "v9"' "$G" pull tiny/stories@v9
 expect_fail "no such gguf" 'no GGUF file matching "Q2_K".*stories-Q4_K_M.gguf' "$G" pull tiny/gguf:Q2_K

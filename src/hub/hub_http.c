@@ -6,6 +6,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -15,6 +16,25 @@ static CURLcode curl_init_rc;
 
 /* curl_global_init is not thread-safe: once, before any handle exists. */
 static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* The token `hf auth login` saved: $HF_TOKEN_PATH, else $HF_HOME/token, else
+ * ~/.cache/huggingface/token. NULL when there is none. */
+static char *saved_token(void) {
+    const char *path = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME"), *user = getenv("HOME");
+    char *file = path && path[0] ? strdup(path)
+                 : home && home[0] ? hub_strf("%s/token", home)
+                 : user && user[0] ? hub_strf("%s/.cache/huggingface/token", user) : NULL;
+    FILE *f = file ? fopen(file, "rb") : NULL;
+    free(file);
+    if (!f) return NULL;
+    char buf[512] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)buf[i] <= ' ') return NULL; /* not a token */
+    return n ? strdup(buf) : NULL;
+}
 
 gerbil_status hub_http_init(struct hub_http *h, const gerbil_hub_params *p) {
     memset(h, 0, sizeof *h);
@@ -26,12 +46,12 @@ gerbil_status hub_http_init(struct hub_http *h, const gerbil_hub_params *p) {
     if (!h->endpoint) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     size_t n = strlen(h->endpoint);
     while (n > 1 && h->endpoint[n - 1] == '/') h->endpoint[--n] = 0;
-    if (p->token && p->token[0]) {
-        h->token = strdup(p->token);
-        char *hdr = hub_strf("Authorization: Bearer %s", p->token);
+    h->token = p->token && p->token[0] ? strdup(p->token) : saved_token();
+    if (h->token) {
+        char *hdr = hub_strf("Authorization: Bearer %s", h->token);
         struct curl_slist *l = hdr ? curl_slist_append(NULL, hdr) : NULL;
         free(hdr);
-        if (!h->token || !l) { hub_http_free(h); return err_set(GERBIL_ERR_NOMEM, "out of memory"); }
+        if (!l) { hub_http_free(h); return err_set(GERBIL_ERR_NOMEM, "out of memory"); }
         h->headers = l;
     }
     return GERBIL_OK;

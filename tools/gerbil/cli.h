@@ -52,6 +52,8 @@ gerbil_hub_params cli_hub_params(const char *token);
 /* ref -> local path in out (pulled with progress when missing). Prints the error and
  * returns non-zero on failure. */
 int cli_resolve_ref(const char *ref, const char *token, char *out, size_t cap);
+/* Whether the last pull through cli_hub_params transferred anything. */
+int cli_hub_transferred(void);
 /* Print "gerbil: <status>: <message>" to stderr; returns 1 (the exit code). */
 int cli_fail(const char *what, gerbil_status st);
 

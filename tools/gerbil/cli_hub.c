@@ -78,6 +78,8 @@ gerbil_hub_params cli_hub_params(const char *token) {
     return p;
 }
 
+int cli_hub_transferred(void) { return view.started; }
+
 int cli_resolve_ref(const char *ref, const char *token, char *out, size_t cap) {
     gerbil_hub_params p = cli_hub_params(token);
     char *path = NULL;

@@ -49,6 +49,8 @@ int cmd_pull(int argc, char **argv) {
             fprintf(stderr, "gerbil pull: %s: %s: %s\n", argv[i], gerbil_status_name(st), gerbil_last_error());
             return 1;
         }
+        if (!cli_hub_transferred())
+            fprintf(stderr, "%s is up to date%s\n", argv[i], p.offline ? " (offline: not checked with the hub)" : "");
         printf("%s\n", path);
         free(path);
     }
