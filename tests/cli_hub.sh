@@ -43,7 +43,7 @@ chmod -R u+w $R
 
 python3 scripts/hub_server.py $R --port-file $T/port --log $T/log --mode-file $T/mode &
 SERVER_PID=$!
-for _ in $(seq 100); do [ -f $T/port ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -f $T/port ] && break; sleep 0.1; done  # a loaded CI machine starts python slowly
 [ -f $T/port ] || { echo "FAIL: the hub stand-in did not start"; exit 1; }
 export HF_ENDPOINT=http://127.0.0.1:$(cat $T/port) HF_HUB_CACHE=$T/cache
 unset HF_TOKEN HUGGING_FACE_HUB_TOKEN HF_HUB_OFFLINE GERBIL_MODEL

@@ -65,7 +65,8 @@ int cmd_template(int argc, char **argv) {
         return 2;
     }
     if (!messages) { fprintf(stderr, "gerbil template: --messages is required\n"); help(stderr); return 2; }
-    if (!model && !tfile) { fprintf(stderr, "gerbil template: --model or --template is required\n"); return 2; }
+    if (!model && !tfile && getenv("GERBIL_MODEL") && getenv("GERBIL_MODEL")[0]) model = getenv("GERBIL_MODEL");
+    if (!model && !tfile) { fprintf(stderr, "gerbil template: --model or --template is required (or set GERBIL_MODEL)\n"); return 2; }
 
     int rc = 1;
     gerbil_chat_template_t ct = NULL;

@@ -54,7 +54,8 @@ int cmd_tokenize(int argc, char **argv) {
         text = argv[i];
         have_text = 1;
     }
-    if (!model) { fprintf(stderr, "gerbil tokenize: --model is required\n"); help(stderr); return 2; }
+    if (!model && getenv("GERBIL_MODEL") && getenv("GERBIL_MODEL")[0]) model = getenv("GERBIL_MODEL");
+    if (!model) { fprintf(stderr, "gerbil tokenize: --model is required (or set GERBIL_MODEL)\n"); help(stderr); return 2; }
     if (decode && have_text) { fprintf(stderr, "gerbil tokenize: --decode takes no TEXT\n"); return 2; }
     if (!decode && !have_text) { fprintf(stderr, "gerbil tokenize: TEXT (or - for standard input) is required\n"); return 2; }
 
