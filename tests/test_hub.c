@@ -202,11 +202,55 @@ static void test_snapshot_model(void) {
     rmdir(dir);
 }
 
+/* refs and snapshot links as huggingface_hub writes them: nested paths get one "../"
+ * per folder, refs hold the bare commit, nested ref names (refs/pr/1) work. */
+static void test_cache_layout(void) {
+    char tmpl[] = "/tmp/gerbil_test_hub_XXXXXX";
+    char *root = mkdtemp(tmpl);
+    if (!root) { CHECK(0); return; }
+    const char *commit = "0123456789abcdef0123456789abcdef01234567";
+    char *repo = hub_repo_dir(root, "o/n");
+    CHECK(hub_cache_write_ref(repo, "main", commit) == GERBIL_OK);
+    CHECK(hub_cache_write_ref(repo, "refs/pr/1", commit) == GERBIL_OK);
+    char got[HUB_COMMIT_LEN + 1] = {0};
+    CHECK(hub_cache_read_ref(repo, "refs/pr/1", got) == GERBIL_OK && !strcmp(got, commit));
+    CHECK(hub_cache_read_ref(repo, "dev", got) == GERBIL_ERR_NOT_FOUND);
+    char *ref_path = hub_strf("%s/refs/main", repo);
+    FILE *f = fopen(ref_path, "rb");
+    char buf[64] = {0};
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    CHECK(n == 40 && !strcmp(buf, commit)); /* no newline, as huggingface_hub writes it */
+    CHECK(hub_cache_link(repo, commit, "a/b/c.gguf", "e7") == GERBIL_OK);
+    CHECK(hub_cache_link(repo, commit, "top.json", "e8") == GERBIL_OK);
+    CHECK(hub_cache_link(repo, commit, "top.json", "e8") == GERBIL_OK); /* again: replaced, no error */
+    char *l1 = hub_strf("%s/snapshots/%s/a/b/c.gguf", repo, commit), *l2 = hub_strf("%s/snapshots/%s/top.json", repo, commit);
+    char t1[256] = {0}, t2[256] = {0};
+    CHECK(readlink(l1, t1, sizeof t1 - 1) > 0 && !strcmp(t1, "../../../../blobs/e7"));
+    CHECK(readlink(l2, t2, sizeof t2 - 1) > 0 && !strcmp(t2, "../../blobs/e8"));
+    int fd = hub_cache_lock(root, "o/n", "e7");
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    free(l1);
+    free(l2);
+    free(ref_path);
+    free(repo);
+    gerbil_hub_params p = {.cache_dir = root};
+    CHECK(gerbil_hub_remove("o/n", &p, NULL) == GERBIL_OK);
+    CHECK(gerbil_hub_remove("o/n", &p, NULL) == GERBIL_ERR_NOT_FOUND);
+    CHECK(gerbil_hub_remove("../x", &p, NULL) == GERBIL_ERR_INVALID_ARG);
+    char *locks = hub_strf("%s/.locks", root);
+    rmdir(locks);
+    free(locks);
+    CHECK(rmdir(root) == 0); /* rm left nothing behind */
+}
+
 int main(void) {
     test_ref_parse();
     test_revision_json();
     test_select();
     test_cache_root();
     test_snapshot_model();
+    test_cache_layout();
     return test_done();
 }

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 /* Visit every non-folder under dir (depth first); folders are visited after their
- * contents when post_dirs, for removal. follow: stat through symlinks. */
+ * contents when post_dirs, for removal. follow: stat through symlinks (then a depth
+ * limit guards against symlink loops; removal never follows links). */
+enum { WALK_MAX_DEPTH = 32 };
 struct walk {
     int follow, post_dirs;
     uint64_t bytes;
@@ -27,8 +29,8 @@ static void walk_visit(const char *path, const struct stat *st, int is_dir, stru
     if (!is_dir) w->bytes += (uint64_t)st->st_size;
 }
 
-static void walk(const char *dir, struct walk *w) {
-    DIR *d = opendir(dir);
+static void walk(const char *dir, struct walk *w, int depth) {
+    DIR *d = depth < WALK_MAX_DEPTH ? opendir(dir) : NULL;
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -36,7 +38,7 @@ static void walk(const char *dir, struct walk *w) {
         char *p = hub_strf("%s/%s", dir, de->d_name);
         struct stat st;
         if (p && (w->follow ? stat(p, &st) : lstat(p, &st)) == 0) {
-            if (S_ISDIR(st.st_mode)) walk(p, w);
+            if (S_ISDIR(st.st_mode)) walk(p, w, depth + 1);
             walk_visit(p, &st, S_ISDIR(st.st_mode), w);
         } else if (p && w->post_dirs) {
             unlink(p); /* a dangling entry */
@@ -53,7 +55,8 @@ struct ref_pair {
 };
 
 /* refs/ may hold nested names (refs/pr/1): collect name -> commit pairs. */
-static void read_refs(const char *refs_dir, const char *prefix, struct ref_pair **refs, int *n) {
+static void read_refs(const char *refs_dir, const char *prefix, struct ref_pair **refs, int *n, int depth) {
+    if (depth > 8) return; /* refs/pr/1 is 2 deep; more is a loop */
     char *dir = prefix[0] ? hub_strf("%s/%s", refs_dir, prefix) : strdup(refs_dir);
     DIR *d = dir ? opendir(dir) : NULL;
     struct dirent *de;
@@ -63,7 +66,7 @@ static void read_refs(const char *refs_dir, const char *prefix, struct ref_pair 
         char *full = name ? hub_strf("%s/%s", refs_dir, name) : NULL;
         struct stat st;
         struct ref_pair *r = NULL;
-        if (full && stat(full, &st) == 0 && S_ISDIR(st.st_mode)) read_refs(refs_dir, name, refs, n);
+        if (full && stat(full, &st) == 0 && S_ISDIR(st.st_mode)) read_refs(refs_dir, name, refs, n, depth + 1);
         else if (full && (r = realloc(*refs, ((size_t)*n + 1) * sizeof *r))) {
             *refs = r;
             char *parent = hub_strf("%s/..", refs_dir);
@@ -104,7 +107,7 @@ static gerbil_status add_entry(gerbil_hub_entry **v, int *n, const char *repo, c
     char *model = hub_snapshot_model(snap_dir, "", &format);
     free(model);
     struct walk w = {.follow = 1};
-    walk(snap_dir, &w);
+    walk(snap_dir, &w, 0);
     e->repo = strdup(repo);
     e->commit = strdup(commit);
     e->revisions = join_refs(refs, n_refs, commit);
@@ -127,7 +130,7 @@ static gerbil_status list_repo(const char *root, const char *folder, gerbil_hub_
     struct ref_pair *refs = NULL;
     int n_refs = 0;
     gerbil_status st = snaps ? GERBIL_OK : err_set(GERBIL_ERR_NOMEM, "out of memory");
-    if (st == GERBIL_OK) read_refs(refs_dir, "", &refs, &n_refs);
+    if (st == GERBIL_OK) read_refs(refs_dir, "", &refs, &n_refs, 0);
     DIR *d = snaps ? opendir(snaps) : NULL;
     struct dirent *de;
     while (st == GERBIL_OK && d && (de = readdir(d))) {
@@ -186,7 +189,7 @@ void gerbil_hub_list_free(gerbil_hub_entry *entries, int n) {
 
 static gerbil_status remove_tree(const char *dir) {
     struct walk w = {.post_dirs = 1};
-    walk(dir, &w);
+    walk(dir, &w, 0);
     if (!w.failed && rmdir(dir) != 0 && errno != ENOENT) w.failed = errno;
     return w.failed ? err_set(GERBIL_ERR_IO, "cannot remove %s: %s", dir, strerror(w.failed)) : GERBIL_OK;
 }
@@ -207,7 +210,7 @@ gerbil_status gerbil_hub_remove(const char *repo, const gerbil_hub_params *p, ui
         s = err_set(GERBIL_ERR_NOT_FOUND, "%s is not in the cache %s (`gerbil list` shows what is)", repo, root);
     if (s == GERBIL_OK) {
         struct walk w = {0};
-        walk(blobs, &w);
+        walk(blobs, &w, 0);
         if (freed) *freed = w.bytes;
         s = remove_tree(dir);
         if (s == GERBIL_OK) remove_tree(locks);
