@@ -25,6 +25,8 @@ The mode file (read on every request) changes how file bytes are sent:
   corrupt  one byte of each file flipped
   slow     ~30 ms per 64 KiB, so that concurrent clients overlap
   noblobs  the API ignores blobs=true (sizes and hashes come from each file's headers)
+  cdnhost  LFS redirects go to http://localhost:PORT/cdn/... (another host name, as the
+           hub's CDN is: a client must not send it the token)
 The log gets one line per request: METHOD PATH range=R auth=yes|no -> STATUS BYTES.
 """
 import argparse
@@ -194,7 +196,10 @@ class Handler(BaseHTTPRequestHandler):
         if "lfs" in entry:
             sha = entry["lfs"]["sha256"]
             self.server.cfg.blobs[sha] = data
-            common.update({"Location": "/cdn/%s" % sha, "X-Linked-Etag": '"%s"' % sha,
+            location = "/cdn/%s" % sha
+            if self.mode() == "cdnhost":
+                location = "http://localhost:%d%s" % (self.server.server_address[1], location)
+            common.update({"Location": location, "X-Linked-Etag": '"%s"' % sha,
                            "X-Linked-Size": str(len(data)), "ETag": '"%s"' % entry["blobId"]})
             return self.reply(302, b"", common)
         common["ETag"] = '"%s"' % entry["blobId"]

@@ -134,6 +134,13 @@ HF_TOKEN=wrong expect_fail "gated, wrong token" "HTTP 403.*check that your token
 : > $T/log
 "$G" pull --token secret tiny/gated > /dev/null 2> $T/err; ok $? "gated with --token: $(cat $T/err)"
 grep -q "api/models/tiny/gated.* auth=yes -> 200" $T/log; ok $? "the token is sent as Authorization"
+if getent hosts localhost > /dev/null 2>&1; then  # the CDN is another host: the token stays with the hub
+    "$G" rm tiny/gated > /dev/null; mode cdnhost; : > $T/log
+    "$G" pull --token secret tiny/gated > /dev/null 2> $T/err; ok $? "gated, blobs on another host: $(cat $T/err)"
+    mode normal
+    grep -q "resolve/.*model.safetensors.* auth=yes -> 302" $T/log && grep -q "GET /cdn/.* auth=no -> 200" $T/log
+    ok $? "the token is not sent to the redirect's host: $(grep -E 'safetensors|cdn' $T/log)"
+fi
 HF_TOKEN=secret "$G" info tiny/gated > /dev/null 2>&1; ok $? "HF_TOKEN works for info on a gated repo"
 printf 'secret\n' > $T/saved-token; "$G" rm tiny/gated > /dev/null
 HF_TOKEN_PATH=$T/saved-token "$G" pull tiny/gated > /dev/null 2>&1; ok $? "the token saved by hf auth login is used"
