@@ -31,9 +31,8 @@ gerbil_status hub_mkdirs(const char *path) {
         char c = *s;
         *s = 0;
         if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            gerbil_status st = err_set(GERBIL_ERR_IO, "cannot create folder %s: %s%s", p, strerror(errno),
-                                       errno == EACCES || errno == EROFS
-                                           ? " (set HF_HUB_CACHE to a folder you can write)" : "");
+            gerbil_status st = err_set(GERBIL_ERR_IO, "cannot create folder %s: %s (the model cache must be "
+                                       "writable: set HF_HUB_CACHE to a folder you can write)", p, strerror(errno));
             free(p);
             return st;
         }
