@@ -21,6 +21,9 @@ typedef enum gerbil_status {
     GERBIL_ERR_INVALID_ARG, /* bad argument from the caller (id out of vocab, ...) */
     GERBIL_ERR_NOMEM,       /* allocation failed */
     GERBIL_ERR_CONTEXT,     /* sequence longer than the context window */
+    GERBIL_ERR_NETWORK,     /* no connection, DNS failure, dropped transfer, server error */
+    GERBIL_ERR_AUTH,        /* 401/403 from the hub: gated or private repo, bad token */
+    GERBIL_ERR_NOT_FOUND,   /* no such repo, revision or file (hub or cache) */
 } gerbil_status;
 
 /* The message of the last failure on this thread ("" if none). */
@@ -216,6 +219,70 @@ void gerbil_chat_template_free(gerbil_chat_template_t t);
 gerbil_status gerbil_chat_template_apply(gerbil_chat_template_t t, const char *messages_json, const char *tools_json,
                                          int add_generation_prompt, const char *const *var_names,
                                          const char *const *var_values, int n_vars, char **out);
+
+/* ---- hub: models by name (src/hub/) ----
+ * A model reference is a local folder, a .gguf file, or a Hugging Face repo id
+ * "org/name[@revision][:FILE.gguf]" (":FILE" may also be a GGUF quantization tag such
+ * as ":Q4_K_M"). Repos live in the huggingface_hub cache layout, shared with Python
+ * tools: CACHE/models--org--name/{blobs/ETAG, snapshots/COMMIT/PATH -> ../../blobs/ETAG,
+ * refs/REVISION = COMMIT}. Only what gerbil runs is fetched: config, tokenizer and
+ * template files plus the weights of one format (*.safetensors, or one .gguf). */
+typedef struct gerbil_hub_progress {
+    const char *repo, *revision, *commit;
+    int n_files;               /* files to transfer in this pull */
+    int n_files_done;
+    uint64_t bytes_total;      /* bytes still to transfer when the pull started */
+    uint64_t bytes_done;       /* of bytes_total */
+    double elapsed_s;
+    int done;                  /* 0: start (bytes_done = 0) or update, 1: finished */
+} gerbil_hub_progress;
+
+typedef struct gerbil_hub_params {
+    const char *endpoint;      /* default: $HF_ENDPOINT, else https://huggingface.co */
+    const char *token;         /* default: $HF_TOKEN; sent as Authorization: Bearer */
+    const char *cache_dir;     /* default: $HF_HUB_CACHE, $HF_HOME/hub,
+                                  $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub */
+    int offline;               /* never touch the network; default: HF_HUB_OFFLINE=1 */
+    int n_parallel;            /* concurrent file transfers (default 4) */
+    /* Called from the calling thread about every 100 ms while files transfer (may be NULL). */
+    void (*progress)(void *user, const gerbil_hub_progress *p);
+    /* Called with one-line remarks worth showing, e.g. which GGUF was chosen (may be NULL). */
+    void (*notice)(void *user, const char *message);
+    void *user;
+} gerbil_hub_params;
+
+/* Defaults, with the environment variables above read now. */
+gerbil_hub_params gerbil_hub_default_params(void);
+/* 1 when ref names a repo (not an existing local path and shaped org/name...). */
+int gerbil_hub_is_repo_ref(const char *ref);
+/* A local path for ref: a path as given, or the cached snapshot of a repo id (its
+ * folder, or the chosen .gguf file), pulled first when the cache lacks it. *path is
+ * malloc'd. Errors: GERBIL_ERR_NOT_FOUND (no such path/repo/revision/file, or offline and
+ * not cached), GERBIL_ERR_AUTH, GERBIL_ERR_NETWORK, GERBIL_ERR_IO (disk full, ...),
+ * GERBIL_ERR_FORMAT (checksum mismatch, bad hub reply), GERBIL_ERR_UNSUPPORTED (no format
+ * gerbil runs); the message says what to do. */
+gerbil_status gerbil_hub_resolve(const char *ref, const gerbil_hub_params *p, char **path);
+/* Ask the hub for the revision's file list and fetch what is missing: parallel,
+ * resumable (.incomplete files, HTTP Range), size- and hash-checked, each file
+ * appearing atomically. Safe to run concurrently with itself and with huggingface_hub
+ * (the same .locks files). *path as for gerbil_hub_resolve (may be NULL). */
+gerbil_status gerbil_hub_pull(const char *ref, const gerbil_hub_params *p, char **path);
+
+typedef struct gerbil_hub_entry {
+    char *repo;                /* "org/name" */
+    char *revisions;           /* refs pointing at this snapshot, comma-separated ("" if none) */
+    char *commit;
+    const char *format;        /* "safetensors", "gguf" or "incomplete" */
+    uint64_t bytes;            /* size of the snapshot's files on disk */
+} gerbil_hub_entry;
+/* One entry per cached snapshot, sorted by repo. */
+gerbil_status gerbil_hub_list(const gerbil_hub_params *p, gerbil_hub_entry **entries, int *n);
+void gerbil_hub_list_free(gerbil_hub_entry *entries, int n);
+/* Delete a repo ("org/name") from the cache; *freed = bytes of its blobs (may be NULL).
+ * GERBIL_ERR_NOT_FOUND when it is not cached. */
+gerbil_status gerbil_hub_remove(const char *repo, const gerbil_hub_params *p, uint64_t *freed);
+/* The cache folder in use (from p or the environment); malloc'd. */
+char *gerbil_hub_cache_dir(const gerbil_hub_params *p);
 
 #ifdef __cplusplus
 }

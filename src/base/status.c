@@ -48,6 +48,9 @@ const char *gerbil_status_name(gerbil_status s) {
     case GERBIL_ERR_INVALID_ARG: return "invalid argument";
     case GERBIL_ERR_NOMEM: return "out of memory";
     case GERBIL_ERR_CONTEXT: return "context full";
+    case GERBIL_ERR_NETWORK: return "network error";
+    case GERBIL_ERR_AUTH: return "access denied";
+    case GERBIL_ERR_NOT_FOUND: return "not found";
     }
     return "unknown status";
 }

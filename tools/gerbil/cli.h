@@ -8,12 +8,19 @@
 
 /* Options common to the model-running subcommands. */
 struct cli_model_opts {
-    const char *model;
+    const char *model;          /* as given (a path or a repo id); the local path after cli_open */
+    const char *ref;            /* as given, for messages */
+    const char *token;          /* --token: Hugging Face access token (else $HF_TOKEN) */
+    int default_model;          /* no --model and no $GERBIL_MODEL: use CLI_DEFAULT_MODEL (run, chat) */
     int n_threads;
     int n_ctx;
     gerbil_kv_type kv_type;
     int use_mmap;
+    char path[4096];            /* the resolved local path */
 };
+
+/* The model `gerbil run` and `gerbil chat` use when none is given. */
+#define CLI_DEFAULT_MODEL "mlx-community/Qwen3.5-0.8B-4bit"
 
 /* Try to consume argv[*i] (and its value) as a common option. Returns 1 if consumed,
  * 0 if not a common option, -1 on a bad value (message printed). */
@@ -33,8 +40,20 @@ char *cli_read_file(const char *path, size_t *len);
 /* Value of an option that takes one; prints an error when missing. */
 const char *cli_value(int argc, char **argv, int *i);
 
-/* Load the model and open a session; prints the error and returns non-zero on failure. */
-int cli_open(const struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s);
+/* Resolve o->model (a folder, a .gguf file or a repo id, pulled when not cached; when
+ * NULL: $GERBIL_MODEL, else the default model where o->default_model), load it and open
+ * a session (s may be NULL). o->model is the local path afterwards. Prints the error
+ * and returns non-zero on failure. */
+int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s);
+
+/* ---- cli_hub.c: models by name ---- */
+/* Hub parameters from the environment, --token (may be NULL), and a progress bar on stderr. */
+gerbil_hub_params cli_hub_params(const char *token);
+/* ref -> local path in out (pulled with progress when missing). Prints the error and
+ * returns non-zero on failure. */
+int cli_resolve_ref(const char *ref, const char *token, char *out, size_t cap);
+/* Whether the last pull through cli_hub_params transferred anything. */
+int cli_hub_transferred(void);
 /* Print "gerbil: <status>: <message>" to stderr; returns 1 (the exit code). */
 int cli_fail(const char *what, gerbil_status st);
 
@@ -46,5 +65,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 
 #endif

@@ -108,6 +108,11 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
         o->model = v;
         return 1;
     }
+    if (!strcmp(a, "--token")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        o->token = v;
+        return 1;
+    }
     if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         return cli_parse_int(a, v, 1, 1024, &o->n_threads) ? -1 : 1;
@@ -135,7 +140,11 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
 
 void cli_print_model_opts_help(FILE *f) {
     fprintf(f,
-            "  -m, --model DIR      Hugging Face model folder (config.json + *.safetensors)\n"
+            "  -m, --model M        a Hugging Face model folder (config.json + *.safetensors), a .gguf\n"
+            "                       file, or a repo id org/name[@revision][:FILE.gguf] (downloaded into\n"
+            "                       the Hugging Face cache on first use; see gerbil pull --help);\n"
+            "                       default: $GERBIL_MODEL\n"
+            "      --token T        Hugging Face access token for gated/private repos (default: $HF_TOKEN)\n"
             "  -t, --threads N      worker threads (default: all CPUs)\n"
             "  -c, --ctx-size N     context size in tokens (default: the model's, at most 4096)\n"
             "      --kv-type T      KV cache type: f16 (default) or f32\n"
@@ -160,11 +169,23 @@ static void load_progress(void *user, const char *path, size_t done, size_t tota
     }
 }
 
-int cli_open(const struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
+/* o->model -> a local path in o->path. */
+static int resolve_model(struct cli_model_opts *o) {
+    const char *env = getenv("GERBIL_MODEL");
+    if (!o->model && env && env[0]) o->model = env;
+    if (!o->model && o->default_model) o->model = CLI_DEFAULT_MODEL;
     if (!o->model) {
-        fprintf(stderr, "gerbil: no model given (use --model DIR)\n");
+        fprintf(stderr, "gerbil: no model given (use --model DIR, FILE.gguf or org/name, or set GERBIL_MODEL)\n");
         return 1;
     }
+    o->ref = o->model;
+    if (cli_resolve_ref(o->model, o->token, o->path, sizeof o->path)) return 1;
+    o->model = o->path;
+    return 0;
+}
+
+int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
+    if (resolve_model(o)) return 1;
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = o->n_threads;
     mp.use_mmap = o->use_mmap;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil bench --model DIR [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
+    fprintf(f, "usage: gerbil bench --model M [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
                "Measures prompt processing (P tokens in one batch) and generation (N tokens one at\n"
                "a time) in tokens/s, averaged over R repetitions after one warm-up.\n\noptions:\n"
                "  -p, --n-prompt P     prompt tokens (default 512; 0 skips)\n"
@@ -91,13 +91,13 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"model\": \"%s\", \"n_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
                    "\"kv_type\": \"%s\", \"prompt_tokens_per_s\": %.3f, \"prompt_tokens_per_s_sd\": %.3f, "
                    "\"gen_tokens_per_s\": %.3f, \"gen_tokens_per_s_sd\": %.3f}\n",
-                   o.model, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
+                   o.ref, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
                    ppm, pps, tgm, tgs);
         } else {
             printf("| %-40s | %7s | %8s | %16s |\n", "model", "threads", "test", "t/s");
             printf("| %-40s | %7s | %8s | %16s |\n", "----", "----", "----", "----");
-            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.model, threads, "pp", n_prompt, ppm, pps);
-            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.model, threads, "tg", n_gen, tgm, tgs);
+            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.ref, threads, "pp", n_prompt, ppm, pps);
+            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.ref, threads, "tg", n_gen, tgm, tgs);
         }
     }
     free(ids); free(logits); free(pp); free(tg);

@@ -18,10 +18,11 @@ static void on_sigint(int sig) {
 }
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil chat --model DIR [options]\n\n"
+    fprintf(f, "usage: gerbil chat [--model M] [options]\n\n"
                "An interactive conversation with the model through its chat template.\n"
                "End a line with \\ to continue on the next; a line of \"\"\" starts and ends a block.\n"
-               "Ctrl-C stops the current answer; Ctrl-D or /exit quits.\n\n"
+               "Ctrl-C stops the current answer; Ctrl-D or /exit quits. Without --model (or $GERBIL_MODEL)\n"
+               "the model is " CLI_DEFAULT_MODEL ", downloaded on first use.\n\n"
                "commands:  /reset (forget the conversation)  /system TEXT (set the system prompt and reset)\n"
                "           /exit  /help\n\noptions:\n"
                "      --system TEXT         system prompt\n"
@@ -72,7 +73,7 @@ static char *read_message(int tty, int *was_interrupted) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    struct cli_model_opts o = {0};
+    struct cli_model_opts o = {.default_model = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params(),
                          .interrupted = &interrupted};
     const char *v = NULL;
@@ -113,7 +114,7 @@ int cmd_chat(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
 
     int tty = isatty(0);
-    if (tty) fprintf(stderr, "gerbil chat — %s. /help for commands, Ctrl-D to quit.\n", o.model);
+    if (tty) fprintf(stderr, "gerbil chat — %s. /help for commands, Ctrl-D to quit.\n", o.ref);
     for (;;) {
         int was_int;
         char *msg = read_message(tty, &was_int);

@@ -1,11 +1,13 @@
-/* gerbil info --model DIR */
+/* gerbil info --model M */
 #include "cli.h"
 
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil info --model DIR\n\n"
-               "Prints the architecture, parameter count, weight dtypes and the memory needed.\n");
+    fprintf(f, "usage: gerbil info [--model] M\n\n"
+               "Prints the architecture, parameter count, weight dtypes and the memory needed.\n"
+               "M is a folder, a .gguf file or a Hugging Face repo id (downloaded when not cached).\n");
+    cli_print_model_opts_help(f);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -24,7 +26,8 @@ int cmd_info(int argc, char **argv) {
     if (cli_open(&o, &m, NULL)) return 1;
     char buf[4096];
     gerbil_model_describe(m, buf, sizeof buf);
-    printf("model:          %s\n%s", o.model, buf);
+    if (strcmp(o.ref, o.path)) printf("model:          %s\npath:           %s\n%s", o.ref, o.path, buf);
+    else printf("model:          %s\n%s", o.ref, buf);
     gerbil_model_free(m);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* gerbil logits --model DIR --ids 1,17,300 [--all]
+/* gerbil logits --model M --ids 1,17,300 [--all]
  * prints {"n_vocab": V, "logits": [[...], ...]}: the last position, or every one. */
 #include "cli.h"
 
@@ -6,7 +6,7 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil logits --model DIR --ids 1,17,300 [--all] [options]\n\n"
+    fprintf(f, "usage: gerbil logits --model M --ids 1,17,300 [--all] [options]\n\n"
                "Runs the ids through the model and prints JSON {\"n_vocab\": V, \"logits\": [[...]]}:\n"
                "the logits of the last position, or of every position with --all.\n\noptions:\n"
                "      --ids LIST       comma-separated token ids\n"

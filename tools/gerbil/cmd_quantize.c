@@ -66,7 +66,8 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text, LFM2) into OUT.\n\n"
+            "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text, LFM2), or the cached snapshot of a\n"
+            "Hugging Face repo id IN (pulled when missing), into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -1061,6 +1062,9 @@ int cmd_quantize(int argc, char **argv) {
                         "mlx4 mlx8)\n", type);
         return 2;
     }
+    char in_path[4096]; /* IN may be a repo id: its cached snapshot folder */
+    if (cli_resolve_ref(q.in, NULL, in_path, sizeof in_path)) return 1;
+    q.in = in_path;
     struct stat sb;
     if (stat(q.in, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "gerbil quantize: %s is not a folder (IN must be a Hugging Face model folder)\n", q.in);

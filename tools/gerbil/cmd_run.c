@@ -7,10 +7,12 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil run --model DIR [\"prompt\" | - | --ids 1,17,300] [options]\n\n"
+    fprintf(f, "usage: gerbil run [--model M] [\"prompt\" | - | --ids 1,17,300] [options]\n\n"
                "Generates text after a prompt and streams it to stdout. A text prompt goes through the\n"
                "model's chat template when it has one (as a user message) and its tokenizer; '-' reads\n"
-               "the prompt from stdin. With --ids the prompt is token ids and the output is ids.\n\noptions:\n"
+               "the prompt from stdin. With --ids the prompt is token ids and the output is ids.\n"
+               "Without --model (or $GERBIL_MODEL) the model is " CLI_DEFAULT_MODEL ",\n"
+               "downloaded from the Hugging Face hub on first use.\n\noptions:\n"
                "      --ids LIST            prompt as comma-separated token ids\n"
                "      --raw                 send the text as is (no chat template; BOS as the tokenizer adds it)\n"
                "      --system TEXT         system message for the chat template\n"
@@ -52,7 +54,7 @@ static void print_json(const struct textgen *tg, const int32_t *prompt, int n_pr
 
 
 int cmd_run(int argc, char **argv) {
-    struct cli_model_opts o = {0};
+    struct cli_model_opts o = {.default_model = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
     const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL;
     int json = 0, raw = 0;

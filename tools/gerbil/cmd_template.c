@@ -14,7 +14,8 @@ static void help(FILE *f) {
     fprintf(f, "usage: gerbil template --model DIR --messages messages.json [options]\n\n"
                "Renders the model's chat template over the messages and prints the prompt exactly\n"
                "(no newline added), as transformers' apply_chat_template(tokenize=False) does.\n\noptions:\n"
-               "      --model DIR              folder with tokenizer_config.json and/or chat_template.jinja\n"
+               "      --model M                folder with tokenizer_config.json and/or chat_template.jinja,\n"
+               "                               or a Hugging Face repo id org/name\n"
                "      --messages FILE          JSON array of messages ({\"role\", \"content\", ...})\n"
                "      --tools FILE             JSON array of tool definitions\n"
                "      --add-generation-prompt  end with the assistant turn header\n"
@@ -64,13 +65,17 @@ int cmd_template(int argc, char **argv) {
         return 2;
     }
     if (!messages) { fprintf(stderr, "gerbil template: --messages is required\n"); help(stderr); return 2; }
-    if (!model && !tfile) { fprintf(stderr, "gerbil template: --model or --template is required\n"); return 2; }
+    if (!model && !tfile && getenv("GERBIL_MODEL") && getenv("GERBIL_MODEL")[0]) model = getenv("GERBIL_MODEL");
+    if (!model && !tfile) { fprintf(stderr, "gerbil template: --model or --template is required (or set GERBIL_MODEL)\n"); return 2; }
 
     int rc = 1;
     gerbil_chat_template_t ct = NULL;
     char *msgs = NULL, *tls = NULL, *out = NULL;
     const char *names[MAX_VARS], *values[MAX_VARS];
     char name_buf[MAX_VARS][128];
+    char path[4096];
+    if (model && cli_resolve_ref(model, NULL, path, sizeof path)) return 1;
+    if (model) model = path;
     gerbil_status st = gerbil_chat_template_load(model, tfile, &ct);
     if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
     if (!ct) {

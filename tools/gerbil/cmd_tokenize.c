@@ -14,9 +14,10 @@ static void help(FILE *f) {
                "Encodes TEXT (or standard input with -) with the tokenizer.json in DIR and prints\n"
                "JSON {\"ids\": [...]}; with --decode prints {\"text\": \"...\"}. Added and special\n"
                "tokens written in the text are recognised as Hugging Face tokenizers does.\n\noptions:\n"
-               "      --model DIR      a folder holding tokenizer.json (tokenizer_config.json is\n"
+               "      --model M        a folder holding tokenizer.json (tokenizer_config.json is\n"
                "                       used as transformers' AutoTokenizer does), a tokenizer.json file,\n"
-               "                       or a .gguf file (the vocabulary in its tokenizer.ggml.* metadata)\n"
+               "                       a .gguf file (the vocabulary in its tokenizer.ggml.* metadata),\n"
+               "                       or a Hugging Face repo id org/name (downloaded when not cached)\n"
                "      --special        add the special tokens of the post-processor (BOS etc.),\n"
                "                       as add_special_tokens=True\n"
                "      --decode LIST    decode comma-separated ids instead\n"
@@ -53,13 +54,17 @@ int cmd_tokenize(int argc, char **argv) {
         text = argv[i];
         have_text = 1;
     }
-    if (!model) { fprintf(stderr, "gerbil tokenize: --model is required\n"); help(stderr); return 2; }
+    if (!model && getenv("GERBIL_MODEL") && getenv("GERBIL_MODEL")[0]) model = getenv("GERBIL_MODEL");
+    if (!model) { fprintf(stderr, "gerbil tokenize: --model is required (or set GERBIL_MODEL)\n"); help(stderr); return 2; }
     if (decode && have_text) { fprintf(stderr, "gerbil tokenize: --decode takes no TEXT\n"); return 2; }
     if (!decode && !have_text) { fprintf(stderr, "gerbil tokenize: TEXT (or - for standard input) is required\n"); return 2; }
 
     int32_t *ids = NULL;
     int n = 0;
     if (decode && cli_parse_ids(decode, &ids, &n)) return 2;
+    char path[4096];
+    if (cli_resolve_ref(model, NULL, path, sizeof path)) { free(ids); return 1; }
+    model = path;
     gerbil_tokenizer_t tok;
     size_t ml = strlen(model);
     int gguf = ml >= 5 && !strcasecmp(model + ml - 5, ".gguf");

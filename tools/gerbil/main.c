@@ -17,6 +17,9 @@ static const struct {
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
     {"tokenize", cmd_tokenize, "text to token ids, or ids to text, with the model's tokenizer"},
     {"template", cmd_template, "render a chat template for a conversation"},
+    {"pull", cmd_pull, "download a model from the Hugging Face hub (org/name[@revision][:FILE.gguf])"},
+    {"list", cmd_list, "list the models in the Hugging Face cache"},
+    {"rm", cmd_rm, "remove a model from the Hugging Face cache"},
     {"quantize", cmd_quantize, "convert a Hugging Face folder to GGUF (f16, q8_0, k-quants) or MLX 4/8-bit"},
 };
 
@@ -25,7 +28,9 @@ static void usage(FILE *f) {
             GERBIL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n'gerbil COMMAND --help' describes each command's options.\n");
+    fprintf(f, "\nA model (--model M) is a folder, a .gguf file or a Hugging Face repo id such as\n"
+               "Qwen/Qwen3-0.6B, downloaded on first use; run and chat default to %s.\n"
+               "'gerbil COMMAND --help' describes each command's options.\n", CLI_DEFAULT_MODEL);
 }
 
 int main(int argc, char **argv) {
