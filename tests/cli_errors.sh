@@ -121,6 +121,7 @@ expect_fail "gguf id outside vocab" "outside the vocabulary" "$G" logits --model
 
 # the parity contracts
 expect_ok "info" "architecture: +Qwen3ForCausalLM" "$G" info --model $FX/qwen3-bf16
+expect_ok "info lfm2 gguf" "architecture: +Lfm2ForCausalLM \\(gguf lfm2\\)" "$G" info --model $FX/lfm2-gguf-q8_0/model.gguf
 expect_ok "logits last" '^\{"n_vocab": 256, "logits": \[\[[^]]*\]\]\}$' "$G" logits --model $M --ids 1,17,100
 "$G" logits --model $M --ids 1,17,100 --all > "$T/all.json" 2>/dev/null
 rows=$(grep -o '\[' "$T/all.json" | wc -l)

@@ -50,7 +50,7 @@ EOF
 mkdir "$T/gemma3-q16"
 cp $FX/gemma3-f32/model.safetensors $FX/gemma3-f32/generation_config.json "$T/gemma3-q16/"
 sed 's/"query_pre_attn_scalar": 24/"query_pre_attn_scalar": 16/' $FX/gemma3-f32/config.json > "$T/gemma3-q16/config.json"
-for m in qwen3-f32 llama-f32 qwen2-f32 gemma3-q16 qwen35-f32; do
+for m in qwen3-f32 llama-f32 qwen2-f32 gemma3-q16 qwen35-f32 lfm2-f32; do
     src=$FX/$m
     [ -d "$src" ] || src=$T/$m
     if ! "$G" logits --model "$src" --ids $IDS --all -t 1 >"$T/$m.ref.json" 2>"$T/err"; then
@@ -147,11 +147,13 @@ if [ $? -ne 0 ] && grep -q "already exists" "$T/err"; then ok; else bad "existin
 [ ! -e "$T/x.gguf" ] && [ ! -e "$T/x.gguf.tmp" ] && ok || bad "failed quantize left a file"
 
 # Qwen3.5 (Gated DeltaNet; 4 value heads over 2 key heads, so the converter's value-head
-# reorder, A_log -> -exp, conv squeeze and the 1 + w norms are all exercised): the f32
+# reorder, A_log -> -exp, conv squeeze and the 1 + w norms are all exercised) and LFM2
+# (short-conv layers: per-layer head_count_kv, shortconv.*, token_embd_norm): the f32
 # GGUF must reproduce transformers' logits of the fixture prompt (expected.safetensors)
 # within 1e-3 at every position, with an f32 KV cache.
-if "$G" quantize $FX/qwen35-f32 "$T/q35.gguf" --type f32 >/dev/null 2>&1; then
-    if python3 - "$G" $FX/qwen35-f32 "$T/q35.gguf" <<'EOF'
+for m in qwen35-f32 lfm2-f32; do
+if "$G" quantize $FX/$m "$T/$m.gguf" --type f32 >/dev/null 2>&1; then
+    if python3 - "$G" $FX/$m "$T/$m.gguf" <<'EOF'
 import json, struct, subprocess, sys
 g, fx, model = sys.argv[1:4]
 f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
@@ -163,13 +165,14 @@ out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, 
                       "--kv-type", "f32"], capture_output=True, text=True, check=True)
 L = json.loads(out.stdout)["logits"]; V = shape[1]
 d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
-print(f"  qwen35-f32 GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
+print(f"  {fx.rsplit('/', 1)[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
 sys.exit(0 if d <= 1e-3 else 1)
 EOF
-    then ok; else bad "qwen35 GGUF differs from transformers"; fi
+    then ok; else bad "$m GGUF differs from transformers"; fi
 else
-    bad "qwen35 f32 GGUF"
+    bad "$m f32 GGUF"
 fi
+done
 
 # Qwen3-Next (fused in_proj_qkvz split into attn_qkv + attn_gate, in_proj_ba kept fused
 # as ssm_ba, experts stacked into ffn_{gate,up,down}_exps from per-expert (f32 fixture)

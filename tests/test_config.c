@@ -1,6 +1,8 @@
 /* config.json compatibility: checkpoints written before transformers 5 put rope_theta
- * at the top level and scaling under "rope_scaling" (with "type" or "rope_type").
- * Rewriting a fixture's config that way must give the same logits. */
+ * at the top level and scaling under "rope_scaling" (with "type" or "rope_type");
+ * LiquidAI's LFM2 configs use their original keys (block_ff_dim, full_attn_idxs,
+ * tie_embedding, theta). Rewriting a fixture's config that way must give the same
+ * logits; inconsistent configs are refused with a message naming the problem. */
 #include "gerbil.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -68,6 +70,37 @@ static void g_mm(cJSON *c) {
     cJSON_ReplaceItemInObject(c, "architectures", cJSON_Parse("[\"Gemma3ForConditionalGeneration\"]"));
 }
 
+/* LFM2 as LiquidAI's config.json spells it */
+static void to_lfm2_original(cJSON *cfg) {
+    cJSON_DeleteItemFromObject(cfg, "intermediate_size");
+    cJSON_AddNumberToObject(cfg, "block_ff_dim", 170);
+    cJSON_DeleteItemFromObject(cfg, "layer_types");
+    cJSON_ReplaceItemInObject(cfg, "full_attn_idxs", cJSON_CreateIntArray((const int[]){1, 3}, 2));
+    cJSON_DeleteItemFromObject(cfg, "tie_word_embeddings");
+    cJSON_AddTrueToObject(cfg, "tie_embedding");
+    cJSON_DeleteItemFromObject(cfg, "rope_parameters");
+    cJSON_AddNumberToObject(cfg, "theta", 1e6);
+}
+
+/* rope_parameters keyed by layer type */
+static void to_lfm2_rope_per_type(cJSON *cfg) {
+    cJSON *rp = cJSON_DetachItemFromObject(cfg, "rope_parameters");
+    cJSON *outer = cJSON_CreateObject();
+    cJSON_AddItemToObject(outer, "full_attention", rp);
+    cJSON_AddItemToObject(cfg, "rope_parameters", outer);
+}
+
+/* LFM2 configs that must be refused */
+static void lfm2_kernel_1(cJSON *cfg) { cJSON_ReplaceItemInObject(cfg, "conv_L_cache", cJSON_CreateNumber(1)); }
+static void lfm2_kernel_4(cJSON *cfg) { cJSON_ReplaceItemInObject(cfg, "conv_L_cache", cJSON_CreateNumber(4)); }
+static void lfm2_multiple_256(cJSON *cfg) {
+    cJSON_ReplaceItemInObject(cfg, "block_multiple_of", cJSON_CreateNumber(256));
+}
+static void lfm2_bad_idx(cJSON *cfg) {
+    cJSON_DeleteItemFromObject(cfg, "layer_types");
+    cJSON_ReplaceItemInObject(cfg, "full_attn_idxs", cJSON_CreateIntArray((const int[]){1, 7}, 2));
+}
+
 static void check_refused(const char *fixture, const char *variant, void (*edit)(cJSON *), gerbil_status want,
                           const char *what) {
     CHECK(make_variant(fixture, variant, edit) == 0);
@@ -130,6 +163,14 @@ int main(void) {
     check_refused("gemma3-f32", "g-untied", g_untied, GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\"");
     check_refused("gemma3-f32", "g-ffn", g_ffn, GERBIL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight");
     check_refused("gemma3-f32", "g-mm", g_mm, GERBIL_ERR_FORMAT, "text_config");
+    CHECK(make_variant("lfm2-f32", "lfm2-original", to_lfm2_original) == 0);
+    check_logits("lfm2-f32", "lfm2-original");
+    CHECK(make_variant("lfm2-f32", "lfm2-rope-per-type", to_lfm2_rope_per_type) == 0);
+    check_logits("lfm2-f32", "lfm2-rope-per-type");
+    check_refused("lfm2-f32", "lfm2-k1", lfm2_kernel_1, GERBIL_ERR_UNSUPPORTED, "conv_L_cache 1");
+    check_refused("lfm2-f32", "lfm2-k4", lfm2_kernel_4, GERBIL_ERR_FORMAT, "model.layers.0.conv.conv.weight");
+    check_refused("lfm2-f32", "lfm2-ff256", lfm2_multiple_256, GERBIL_ERR_FORMAT, "feed_forward.w1.weight");
+    check_refused("lfm2-f32", "lfm2-idx", lfm2_bad_idx, GERBIL_ERR_FORMAT, "full_attn_idxs");
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);

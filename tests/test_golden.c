@@ -17,6 +17,7 @@ static const char *fixtures[] = {
     "llama-rope-yarn", "gemma3-f32", "gemma3-bf16", "gemma3-softcap-f32", "gemma3-oldcfg-f32",
     "gemma3-mm-f32", "gemma3-mm-renamed-f32", "qwen35-f32", "qwen35-bf16", "qwen35-long", "qwen35-vl-bf16",
     "qwen3next-f32", "qwen3next-bf16", "qwen3next-long",
+    "lfm2-f32", "lfm2-bf16", "lfm2-long", "lfm2-bias-f32",
 };
 
 struct expected {

@@ -21,12 +21,13 @@
 #include <sys/stat.h>
 
 static const char *fixtures[] = {
-    "qwen3-mlx4", "qwen3-mlx8", "llama-mlx4", "qwen35-mlx4", "qwen3next-mlx4",
+    "qwen3-mlx4", "qwen3-mlx8", "llama-mlx4", "qwen35-mlx4", "qwen3next-mlx4", "lfm2-mlx4",
     "qwen3-gguf-f32", "qwen3-gguf-f16", "qwen3-gguf-bf16", "qwen3-gguf-q8_0", "qwen3-gguf-q4_0",
     "qwen3-gguf-q4_1", "qwen3-gguf-q5_0", "qwen3-gguf-q5_1", "qwen3-gguf-q2_k", "qwen3-gguf-q3_k",
     "qwen3-gguf-q4_k", "qwen3-gguf-q5_k", "qwen3-gguf-q6_k", "qwen3-gguf-q4_k_m",
     "llama-gguf-q8_0", "llama-gguf-q4_k", "qwen2-gguf-q8_0",
     "gemma3-mlx4", "gemma3-gguf-q8_0", "gemma3-gguf-q4_k",
+    "lfm2-gguf-bf16", "lfm2-gguf-q8_0",
 };
 
 static int argmax(const float *v, int n) {

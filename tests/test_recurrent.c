@@ -1,8 +1,9 @@
 /* Recurrent-layer ops against their definitions on fresh random inputs: the gated
  * delta rule (recurrent and chunked forms vs a double-precision reference of the
  * recurrence, across chunk boundaries and with state carried between calls), the
- * causal conv1d (whole sequence vs token by token), and session checkpoints / copies on
- * the Qwen3.5 fixture (a rewound or copied session continues exactly as the original). */
+ * causal conv1d (whole sequence vs token by token), the strided gating product, and
+ * session checkpoints / copies on the Qwen3.5 and LFM2 fixtures (a rewound or copied
+ * session continues exactly as the original). */
 #include "backend/ops.h"
 #include "base/threadpool.h"
 #include "gerbil.h"
@@ -117,16 +118,16 @@ static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int 
     free(x); free(g); free(beta); free(init); free(ref_out); free(S); free(scratch); free(ref_state);
 }
 
-static void test_conv(threadpool_t *tp, int n_tok, int C, int K) {
+static void test_conv(threadpool_t *tp, int n_tok, int C, int K, int silu) {
     float *x = malloc(sizeof(float) * (size_t)n_tok * C), *w = malloc(sizeof(float) * (size_t)C * K);
     float *y1 = malloc(sizeof(float) * (size_t)n_tok * C), *y2 = malloc(sizeof(float) * (size_t)n_tok * C);
     float *s1 = calloc((size_t)(K - 1) * C, sizeof(float)), *s2 = calloc((size_t)(K - 1) * C, sizeof(float));
     fill(x, (size_t)n_tok * C, 1.0f);
     fill(w, (size_t)C * K, 1.0f);
     struct backend be = {.tp = tp};
-    op_conv1d_causal(&be, y1, x, s1, w, n_tok, C, K, 1);
+    op_conv1d_causal(&be, y1, x, s1, w, n_tok, C, K, silu);
     for (int t = 0; t < n_tok; t++)
-        op_conv1d_causal(&be, y2 + (size_t)t * C, x + (size_t)t * C, s2, w, 1, C, K, 1);
+        op_conv1d_causal(&be, y2 + (size_t)t * C, x + (size_t)t * C, s2, w, 1, C, K, silu);
     CHECKF(memcmp(y1, y2, sizeof(float) * (size_t)n_tok * C) == 0, "conv1d: whole sequence != token by token");
     CHECKF(memcmp(s1, s2, sizeof(float) * (size_t)(K - 1) * C) == 0, "conv1d: final states differ");
     /* the definition at one point: zero padding before the sequence */
@@ -136,15 +137,37 @@ static void test_conv(threadpool_t *tp, int n_tok, int C, int K) {
         int src = t + j - (K - 1);
         if (src >= 0) acc += (double)w[(size_t)j * C + c] * x[(size_t)src * C + c];
     }
-    double want = acc / (1 + exp(-acc));
+    double want = silu ? acc / (1 + exp(-acc)) : acc;
     CHECKF(fabs(y1[(size_t)t * C + c] - want) < 1e-5, "conv1d: y[%d][%d] = %g, want %g", t, c,
            (double)y1[(size_t)t * C + c], want);
     free(x); free(w); free(y1); free(y2); free(s1); free(s2);
 }
 
+/* y[t][i] = a[t][i] * (b[t][i] + bias[i]) over strided rows, with and without the bias. */
+static void test_mul_rows(threadpool_t *tp, int n_rows, int n) {
+    const int as = 3 * n, bs = n + 5;
+    float *a = malloc(sizeof(float) * (size_t)n_rows * as), *b = malloc(sizeof(float) * (size_t)n_rows * bs);
+    float *bias = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n_rows * n);
+    fill(a, (size_t)n_rows * as, 1.0f);
+    fill(b, (size_t)n_rows * bs, 1.0f);
+    fill(bias, (size_t)n, 0.5f);
+    struct backend be = {.tp = tp};
+    for (int with_bias = 0; with_bias <= 1; with_bias++) {
+        op_mul_rows(&be, y, a + n, as, b, bs, with_bias ? bias : NULL, n_rows, n);
+        int bad = 0;
+        for (int t = 0; t < n_rows; t++)
+            for (int i = 0; i < n; i++) {
+                const float want = a[(size_t)t * as + n + i] * (b[(size_t)t * bs + i] + (with_bias ? bias[i] : 0.0f));
+                bad += y[(size_t)t * n + i] != want;
+            }
+        CHECKF(bad == 0, "mul_rows (%d rows of %d, bias %d, %d threads): %d wrong", n_rows, n, with_bias,
+               tp_n_threads(tp), bad);
+    }
+    free(a); free(b); free(bias); free(y);
+}
+
 /* A session rewound to its checkpoint, or copied, continues exactly as the original. */
-static void test_sessions(void) {
-    const char *dir = "tests/fixtures/qwen35-f32";
+static void test_sessions(const char *dir) {
     gerbil_model_t m;
     if (gerbil_model_load(dir, NULL, &m) != GERBIL_OK) { CHECKF(0, "%s: %s", dir, gerbil_last_error()); return; }
     const int V = gerbil_model_n_vocab(m);
@@ -185,10 +208,15 @@ int main(void) {
         test_delta(tp, 7, 3, 3, 8, 8);       /* a partial chunk */
         test_delta(tp, 1, 1, 2, 32, 16);     /* decode */
         test_delta(tp, 130, 2, 2, 64, 64);   /* wide heads: the threaded path */
-        test_conv(tp, 9, 40, 4);
-        test_conv(tp, 2, 7, 4);              /* shorter than the kernel */
+        test_conv(tp, 9, 40, 4, 1);
+        test_conv(tp, 2, 7, 4, 1);           /* shorter than the kernel */
+        test_conv(tp, 13, 64, 3, 0);         /* LFM2: no activation */
+        test_conv(tp, 1, 33, 3, 0);
+        test_mul_rows(tp, 37, 64);
+        test_mul_rows(tp, 1, 7);
         tp_free(tp);
     }
-    test_sessions();
+    test_sessions("tests/fixtures/qwen35-f32");
+    test_sessions("tests/fixtures/lfm2-f32");     /* short-convolution state */
     return test_done();
 }

@@ -83,6 +83,11 @@ void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g
  * y[t][c] = act(sum_j w[j][c] * in[t + j][c]) over in = state ++ x, summed in j order. */
 void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
                       int n_tok, int C, int K, int silu);
+/* Gating product over strided rows: y[t][i] = a[t * a_stride + i] * (b[t * b_stride + i]
+ * (+ bias[i] when bias is not NULL)) for t < n_rows, i < n; y: [n_rows][n], not aliasing
+ * a or b (LFM2 short convolution: B * x, and C * (conv + conv bias)). */
+void op_mul_rows(struct backend *be, float *y, const float *a, int a_stride, const float *b, int b_stride,
+                 const float *bias, int n_rows, int n);
 /* x[t][h][:] = x[t][h][:] / sqrt(sum(x^2) + eps) * scale for n_heads heads of width d
  * at offset 0 of rows of stride `stride` floats (in place). */
 void op_l2norm_heads(struct backend *be, float *x, int n_tok, int n_heads, int d, int stride, float eps,

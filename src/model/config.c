@@ -25,6 +25,7 @@ static const struct {
     {"Gemma3ForCausalLM", "gemma3_text", ARCH_GEMMA3},
     {"Gemma3ForConditionalGeneration", "gemma3", ARCH_GEMMA3},
     {"Qwen3NextForCausalLM", "qwen3_next", ARCH_QWEN3NEXT},
+    {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
 };
 
 /* Architectures with Gated DeltaNet layers. */
@@ -141,6 +142,13 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
     if (rp && cJSON_IsNull(rp)) rp = NULL;
     if (rp && !cJSON_IsObject(rp))
         return err_set(GERBIL_ERR_FORMAT, "%s: rope_parameters/rope_scaling must be an object", path);
+    if (cfg->arch == ARCH_LFM2) {
+        /* the original LFM2 configs write "theta"; rope_parameters may be keyed by layer type */
+        const cJSON *full = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
+        if (cJSON_IsObject(full)) rp = full;
+        return rope_from(root, rp, json_get_num(root, "rope_theta", json_get_num(root, "theta", 1e6)), path, "rope",
+                         cfg, &cfg->rope);
+    }
     if (cfg->arch != ARCH_GEMMA3)
         return rope_from(root, rp, json_get_num(root, "rope_theta", 10000.0), path, "rope", cfg, &cfg->rope);
 
@@ -167,6 +175,24 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
  * "layer_types"; older Qwen2/Qwen3 configs say use_sliding_window + max_window_layers;
  * Mistral applies sliding_window to every layer; Qwen3.5 / Qwen3-Next configs without layer_types
  * put a full-attention layer every full_attention_interval layers. */
+/* LFM2 configs without layer_types list the attention layers in full_attn_idxs; the
+ * others are short-convolution layers (every layer is attention when neither is given). */
+static gerbil_status read_full_attn_idxs(const cJSON *root, const char *path, struct model_config *cfg) {
+    const cJSON *idx = cJSON_GetObjectItemCaseSensitive(root, "full_attn_idxs");
+    if (!idx || cJSON_IsNull(idx)) return GERBIL_OK;
+    if (!cJSON_IsArray(idx)) return err_set(GERBIL_ERR_FORMAT, "%s: full_attn_idxs must be a list of layer indices", path);
+    for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = LAYER_SHORTCONV;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, idx) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= cfg->n_layer)
+            return err_set(GERBIL_ERR_FORMAT, "%s: full_attn_idxs holds %s, not a layer index below %d", path,
+                           cJSON_IsNumber(e) ? "a number out of range" : "a non-number", cfg->n_layer);
+        cfg->layer_kind[(int)e->valuedouble] = LAYER_ATTENTION;
+    }
+    return GERBIL_OK;
+}
+
 static gerbil_status read_layer_types(const cJSON *root, const char *path, struct model_config *cfg) {
     cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
     cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
@@ -185,11 +211,14 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
             const char *s = cJSON_IsString(e) ? e->valuestring : "";
             if (strcmp(s, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
             else if (strcmp(s, "linear_attention") == 0 && is_hybrid(cfg->arch)) cfg->layer_kind[i] = LAYER_DELTANET;
+            else if (strcmp(s, "conv") == 0 && cfg->arch == ARCH_LFM2) cfg->layer_kind[i] = LAYER_SHORTCONV;
             else if (strcmp(s, "full_attention") != 0)
                 return err_set(GERBIL_ERR_UNSUPPORTED, "%s: layer_types[%d] = \"%s\" is not supported for %s", path,
                                i, s, model_arch_name(cfg->arch));
             i++;
         }
+    } else if (cfg->arch == ARCH_LFM2) {
+        GB_TRY(read_full_attn_idxs(root, path, cfg));
     } else if (is_hybrid(cfg->arch)) {
         int every = (int)json_get_int(root, "full_attention_interval", 4);
         if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
@@ -231,6 +260,39 @@ static gerbil_status read_deltanet(const cJSON *root, const char *path, struct m
                        path, d->n_v_heads, d->n_k_heads);
     if (d->k_dim > 4096 || d->v_dim > 4096 || d->conv_kernel > 64 || d->n_v_heads > 4096)
         return err_set(GERBIL_ERR_FORMAT, "%s: linear attention sizes are absurd", path);
+    return GERBIL_OK;
+}
+
+/* LFM2's feed-forward width (transformers' Lfm2MLP): block_ff_dim (the original key) or
+ * intermediate_size; with block_auto_adjust_ff_dim, int(2 * d / 3), then, when
+ * block_ffn_dim_multiplier is not null, int(multiplier * d) rounded up to a multiple of
+ * block_multiple_of. Python's float arithmetic and truncation, in double. */
+static gerbil_status read_lfm2(const cJSON *root, const char *path, struct model_config *cfg) {
+    const char *key = json_has(root, "block_ff_dim") ? "block_ff_dim" : "intermediate_size";
+    int ff;
+    GB_TRY(get_pos_int(root, key, 12288, path, &ff));
+    if (json_get_bool(root, "block_auto_adjust_ff_dim", 1)) {
+        double d = trunc(2.0 * ff / 3.0);
+        const cJSON *mult = cJSON_GetObjectItemCaseSensitive(root, "block_ffn_dim_multiplier");
+        if (!mult || !cJSON_IsNull(mult)) {
+            double k = mult ? (cJSON_IsNumber(mult) ? mult->valuedouble : -1.0) : 1.0;
+            if (!(k > 0.0 && k < 1e3))
+                return err_set(GERBIL_ERR_FORMAT, "%s: block_ffn_dim_multiplier must be a positive number", path);
+            int multiple;
+            GB_TRY(get_pos_int(root, "block_multiple_of", 256, path, &multiple));
+            d = trunc(k * d);
+            d = multiple * ceil(d / multiple);
+        }
+        if (!(d >= 1.0 && d <= (double)(1 << 24)))
+            return err_set(GERBIL_ERR_FORMAT, "%s: %s %d gives a feed-forward width of %g", path, key, ff, d);
+        ff = (int)d;
+    }
+    cfg->n_ff = ff;
+    GB_TRY(get_pos_int(root, "conv_L_cache", 3, path, &cfg->sc.kernel));
+    if (cfg->sc.kernel < 2 || cfg->sc.kernel > 64)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: conv_L_cache %d is not supported (2 to 64)", path, cfg->sc.kernel);
+    cfg->sc.bias = json_get_bool(root, "conv_bias", 0);
+    cfg->qk_norm = 1;
     return GERBIL_OK;
 }
 
@@ -385,7 +447,7 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                        "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3NextForCausalLM, "
-                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)",
+                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Lfm2ForCausalLM",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
     /* root: where the text model's hyperparameters are, text_config in a multimodal
      * checkpoint (whose top level still holds quantization and, often, tie_word_embeddings) */
@@ -401,9 +463,11 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     GB_TRY(get_pos_int(root, "hidden_size", g ? 2304 : 0, path, &cfg->n_embd));
     GB_TRY(get_pos_int(root, "num_hidden_layers", g ? 26 : 0, path, &cfg->n_layer));
     GB_TRY(get_pos_int(root, "num_attention_heads", g ? 8 : 0, path, &cfg->n_head));
-    GB_TRY(get_pos_int(root, "num_key_value_heads", g ? 4 : cfg->n_head, path, &cfg->n_head_kv));
-    GB_TRY(get_pos_int(root, "intermediate_size", g ? 9216 : 0, path, &cfg->n_ff));
-    GB_TRY(get_pos_int(root, "max_position_embeddings", g ? 131072 : 2048, path, &cfg->n_ctx_train));
+    const int lfm2 = cfg->arch == ARCH_LFM2; /* its own keys and defaults (Lfm2Config) */
+    GB_TRY(get_pos_int(root, "num_key_value_heads", g ? 4 : lfm2 ? 8 : cfg->n_head, path, &cfg->n_head_kv));
+    if (lfm2) GB_TRY(read_lfm2(root, path, cfg));
+    else GB_TRY(get_pos_int(root, "intermediate_size", g ? 9216 : 0, path, &cfg->n_ff));
+    GB_TRY(get_pos_int(root, "max_position_embeddings", g ? 131072 : lfm2 ? 128000 : 2048, path, &cfg->n_ctx_train));
     if (!g && cfg->n_embd % cfg->n_head && !json_has(root, "head_dim"))
         return err_set(GERBIL_ERR_FORMAT, "%s: hidden_size %d not divisible by num_attention_heads %d",
                        path, cfg->n_embd, cfg->n_head);
@@ -413,10 +477,12 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
                        path, cfg->n_head, cfg->n_head_kv);
     if (cfg->n_layer > MODEL_MAX_LAYERS)
         return err_set(GERBIL_ERR_FORMAT, "%s: num_hidden_layers %d is absurd", path, cfg->n_layer);
-    cfg->norm_eps = (float)json_get_num(root, "rms_norm_eps", 1e-6);
-    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
+    const char *eps_key = lfm2 ? "norm_eps" : "rms_norm_eps";
+    cfg->norm_eps = (float)json_get_num(root, eps_key, lfm2 ? 1e-5 : 1e-6);
+    if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be positive", path, eps_key);
 
-    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", json_get_bool(top, "tie_word_embeddings", g));
+    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", json_get_bool(top, "tie_word_embeddings", g || lfm2));
+    if (lfm2) cfg->tie_embeddings = json_get_bool(root, "tie_embedding", cfg->tie_embeddings); /* the original key wins */
     int attention_bias = json_get_bool(root, "attention_bias", 0);
     switch (cfg->arch) {
     case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;

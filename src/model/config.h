@@ -17,6 +17,8 @@ enum model_arch {
     ARCH_GEMMA3,    /* Gemma3ForCausalLM, and the text tower of Gemma3ForConditionalGeneration */
     ARCH_QWEN3NEXT, /* Qwen3NextForCausalLM: Qwen3.5's hybrid with fused, per-key-head
                        interleaved DeltaNet input projections and sparse MoE feed-forwards */
+    ARCH_LFM2,      /* Lfm2ForCausalLM (Liquid AI): gated short-convolution layers + attention
+                       with per-head q/k norms; its own module names (see llama.c) */
     ARCH_COUNT,
 };
 
@@ -46,6 +48,13 @@ enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
 enum layer_kind {
     LAYER_ATTENTION = 0,   /* softmax attention over the KV cache */
     LAYER_DELTANET,        /* Gated DeltaNet (linear attention with a recurrent state) */
+    LAYER_SHORTCONV,       /* LFM2 gated short convolution (a rolling conv state) */
+};
+
+/* LFM2 short-convolution hyperparameters. */
+struct shortconv_config {
+    int kernel;                /* conv_L_cache: taps of the causal depthwise conv */
+    int bias;                  /* conv_bias: in_proj, conv and out_proj have biases */
 };
 
 /* Gated DeltaNet hyperparameters (Qwen3.5 / Qwen3-Next "linear_*"). */
@@ -108,6 +117,7 @@ struct model_config {
     struct deltanet_config dn; /* when any layer is LAYER_DELTANET */
     struct moe_config moe;
     uint8_t *layer_moe;        /* [n_layer]: 1 where the feed-forward is the MoE block */
+    struct shortconv_config sc; /* when any layer is LAYER_SHORTCONV */
     int attn_out_gate;         /* q_proj also yields a per-head gate: out *= sigmoid(gate) (Qwen3.5) */
     struct rope_config rope;
     int has_rope_local;        /* Gemma 3: sliding layers rotate with rope_local (own base, no scaling) */

@@ -19,6 +19,7 @@ static const struct {
     {"qwen35", ARCH_QWEN35},
     {"gemma3", ARCH_GEMMA3},
     {"qwen3next", ARCH_QWEN3NEXT},
+    {"lfm2", ARCH_LFM2},
 };
 
 enum { OPTIONAL_ZERO_OK = 1 };
@@ -44,6 +45,38 @@ static gerbil_status arch_f32(const struct gguf_file *f, const char *arch, const
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     return gguf_get_f32(f, key, def, out);
+}
+
+/* {arch}.attention.head_count_kv: one number, or (LFM2) one per layer where 0 marks a
+ * short-convolution layer; the attention layers must agree. *per_layer: that array or NULL. */
+static gerbil_status head_count_kv(const struct gguf_file *f, const char *arch, const char *path,
+                                   struct model_config *cfg, const struct gguf_kv **per_layer) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_VT_ARRAY) {
+        uint32_t v;
+        GB_TRY(arch_u32(f, arch, "attention.head_count_kv", (uint32_t)cfg->n_head, path, &v));
+        cfg->n_head_kv = (int)v;
+        return GERBIL_OK;
+    }
+    GB_TRY(gguf_get_arr(f, key, kv->arr_type, per_layer)); /* validates the element type */
+    if (cfg->arch != ARCH_LFM2 || (kv->arr_type != GGUF_VT_U32 && kv->arr_type != GGUF_VT_I32))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: per-layer \"%s\" is not supported for GGUF architecture %s "
+                       "(only lfm2, as integers)", path, key, arch);
+    if (kv->arr_n != (uint64_t)cfg->n_layer)
+        return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" has %llu entries for %d layers", path, key,
+                       (unsigned long long)kv->arr_n, cfg->n_layer);
+    cfg->n_head_kv = 0;
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        const int64_t n = gguf_arr_int(kv, i);
+        if (n < 0 || n > 4096 || (n && cfg->n_head_kv && n != cfg->n_head_kv))
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: \"%s\"[%llu] = %lld: attention layers with different "
+                           "numbers of KV heads are not supported", path, key, (unsigned long long)i, (long long)n);
+        if (n) cfg->n_head_kv = (int)n;
+    }
+    if (!cfg->n_head_kv) cfg->n_head_kv = cfg->n_head; /* no attention layer: unused */
+    return GERBIL_OK;
 }
 
 /* Gated DeltaNet sizes and which layers are recurrent, as llama.cpp's qwen35 loader
@@ -112,7 +145,7 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
         if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
-                       "(supported: llama, qwen2, qwen3, qwen35, qwen3next, gemma3)", path, arch);
+                       "(supported: llama, qwen2, qwen3, qwen35, qwen3next, gemma3, lfm2)", path, arch);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
 
     uint32_t v;
@@ -120,7 +153,8 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     GB_TRY(arch_u32(f, arch, "block_count", 0, path, &v)); cfg->n_layer = (int)v;
     GB_TRY(arch_u32(f, arch, "feed_forward_length", 0, path, &v)); cfg->n_ff = (int)v;
     GB_TRY(arch_u32(f, arch, "attention.head_count", 0, path, &v)); cfg->n_head = (int)v;
-    GB_TRY(arch_u32(f, arch, "attention.head_count_kv", (uint32_t)cfg->n_head, path, &v)); cfg->n_head_kv = (int)v;
+    const struct gguf_kv *kv_per_layer = NULL;
+    GB_TRY(head_count_kv(f, arch, path, cfg, &kv_per_layer));
     GB_TRY(arch_u32(f, arch, "context_length", 2048, path, &v)); cfg->n_ctx_train = (int)v;
     if (cfg->n_layer > MODEL_MAX_LAYERS || cfg->n_embd > (1 << 20) || cfg->n_ff > (1 << 22) || cfg->n_head > 4096)
         return err_set(GERBIL_ERR_FORMAT, "%s: absurd hyperparameters in the metadata", path);
@@ -150,6 +184,14 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     case ARCH_QWEN2: cfg->attn_qkv_bias = 1; break;
     case ARCH_QWEN3: cfg->qk_norm = 1; break;
     case ARCH_QWEN35: cfg->qk_norm = cfg->attn_out_gate = 1; break; /* norms stored as 1 + w */
+    case ARCH_LFM2:
+        cfg->qk_norm = 1;
+        GB_TRY(arch_u32(f, arch, "shortconv.l_cache", 0, path, &v));
+        if (v < 2 || v > 64)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s.shortconv.l_cache %u is not supported (2 to 64)", path,
+                           arch, v);
+        cfg->sc.kernel = (int)v;
+        break;
     case ARCH_GEMMA3:
         /* as llama.cpp runs it: the converter stored norms as 1 + w (no offset to add here),
          * q/k are not permuted (rotate-half), embeddings scale by sqrtf(n_embd) in f32, and
@@ -202,6 +244,8 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     cfg->layer_sliding = calloc((size_t)cfg->n_layer, 1);
     cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
     if (!cfg->layer_sliding || !cfg->layer_kind) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; kv_per_layer && i < kv_per_layer->arr_n; i++)
+        if (gguf_arr_int(kv_per_layer, i) == 0) cfg->layer_kind[i] = LAYER_SHORTCONV;
     GB_TRY(arch_u32_x(f, arch, "attention.sliding_window", 0, OPTIONAL_ZERO_OK, path, &v));
     if (v && cfg->arch == ARCH_GEMMA3) {
         /* llama.cpp: layer il slides when il % pattern < pattern - 1 (pattern 6 unless the file

@@ -1,9 +1,10 @@
 /* The Llama family: Llama, Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k norm),
  * Gemma 3 (q/k norm, (1 + w) norms, norms after attention and ffn, scaled embeddings,
  * GELU-tanh, a RoPE of their own for sliding layers, logit soft-capping) and the hybrids
- * built on it: Qwen3.5 (Gated DeltaNet layers beside gated attention, deltanet.c) and
- * Qwen3-Next (the same plus sparse MoE feed-forwards, moe.c). One forward; the
- * differences are config fields and per-layer kinds. */
+ * built on it: Qwen3.5 (Gated DeltaNet layers beside gated attention, deltanet.c),
+ * Qwen3-Next (the same plus sparse MoE feed-forwards, moe.c) and LFM2 (gated
+ * short-convolution layers beside attention with q/k norms, shortconv.c). One forward;
+ * the differences are config fields, per-layer kinds and module names. */
 #include "model/model.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -82,12 +83,54 @@ static float embedding_scale(const struct gerbil_model *m) {
     return s;
 }
 
+/* Module names of an architecture's checkpoints, Hugging Face spelling (GGUF files are
+ * asked by the same names; weights.c translates them). Layer modules are relative to
+ * model.layers.N; attn_post / ffn_post only with post_norms. */
+struct module_names {
+    const char *final_norm;
+    const char *attn_norm, *ffn_norm, *attn_post, *ffn_post;
+    const char *q, *k, *v, *o, *q_norm, *k_norm;
+    const char *gate, *up, *down;
+};
+
+static const struct module_names llama_names = {
+    .final_norm = "model.norm", .attn_norm = "input_layernorm", .ffn_norm = "post_attention_layernorm",
+    .q = "self_attn.q_proj", .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.o_proj",
+    .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm",
+    .gate = "mlp.gate_proj", .up = "mlp.up_proj", .down = "mlp.down_proj",
+};
+
+/* Gemma 3: a norm before and after each of attention and the feed-forward. */
+static const struct module_names gemma3_names = {
+    .final_norm = "model.norm", .attn_norm = "input_layernorm", .ffn_norm = "pre_feedforward_layernorm",
+    .attn_post = "post_attention_layernorm", .ffn_post = "post_feedforward_layernorm",
+    .q = "self_attn.q_proj", .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.o_proj",
+    .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm",
+    .gate = "mlp.gate_proj", .up = "mlp.up_proj", .down = "mlp.down_proj",
+};
+
+/* Lfm2DecoderLayer: operator_norm before the mixer, ffn_norm before feed_forward (w1 gate,
+ * w3 up, w2 down); Lfm2Model applies embedding_norm after the last layer (it is the final
+ * norm, not a norm of the embeddings). */
+static const struct module_names lfm2_names = {
+    .final_norm = "model.embedding_norm", .attn_norm = "operator_norm", .ffn_norm = "ffn_norm",
+    .q = "self_attn.q_proj", .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.out_proj",
+    .q_norm = "self_attn.q_layernorm", .k_norm = "self_attn.k_layernorm",
+    .gate = "feed_forward.w1", .up = "feed_forward.w3", .down = "feed_forward.w2",
+};
+
+static const struct module_names *module_names_for(const struct model_config *c) {
+    if (c->arch == ARCH_LFM2) return &lfm2_names;
+    return c->post_norms ? &gemma3_names : &llama_names;
+}
+
 gerbil_status llama_bind_weights(struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
     /* Upper bound of f32 vector elements: norms, biases, q/k norms, DeltaNet vectors. */
-    size_t per_layer = (size_t)(4 * D + 2 * Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c);
+    size_t per_layer = (size_t)(4 * D + 2 * Q + 2 * KV + D + 2 * c->head_dim + 2 * F + D) + deltanet_f32_floats(c) +
+                       shortconv_f32_floats(c);
     size_t total = per_layer * (size_t)c->n_layer + (size_t)D;
     int n_moe = 0;
     for (int l = 0; c->layer_moe && l < c->n_layer; l++) n_moe += c->layer_moe[l];
@@ -100,7 +143,10 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
 
     GB_TRY(bind_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
-    GB_TRY(bind_vector(&b, "model.norm.weight", D, b.norm_add, &m->out_norm));
+    const struct module_names *nm = module_names_for(c);
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", nm->final_norm);
+    GB_TRY(bind_vector(&b, name, D, b.norm_add, &m->out_norm));
     if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
@@ -111,48 +157,49 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     }
     m->embd_scale = c->embd_scale ? embedding_scale(m) : 0.0f;
 
-    char name[256];
-#define NAME(fmt) (snprintf(name, sizeof name, "model.layers.%d." fmt, l), name)
+#define NAME(mod, what) (snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, nm->mod, what), name)
     for (int l = 0; l < c->n_layer; l++) {
         struct layer_weights *w = &m->layers[l];
-        GB_TRY(bind_vector(&b, NAME("input_layernorm.weight"), D, b.norm_add, &w->attn_norm));
+        GB_TRY(bind_vector(&b, NAME(attn_norm, "weight"), D, b.norm_add, &w->attn_norm));
+        GB_TRY(bind_vector(&b, NAME(ffn_norm, "weight"), D, b.norm_add, &w->ffn_norm));
         if (c->post_norms) {                                          /* Gemma 3 */
-            GB_TRY(bind_vector(&b, NAME("post_attention_layernorm.weight"), D, b.norm_add, &w->attn_post_norm));
-            GB_TRY(bind_vector(&b, NAME("pre_feedforward_layernorm.weight"), D, b.norm_add, &w->ffn_norm));
-            GB_TRY(bind_vector(&b, NAME("post_feedforward_layernorm.weight"), D, b.norm_add, &w->ffn_post_norm));
-        } else {
-            GB_TRY(bind_vector(&b, NAME("post_attention_layernorm.weight"), D, b.norm_add, &w->ffn_norm));
+            GB_TRY(bind_vector(&b, NAME(attn_post, "weight"), D, b.norm_add, &w->attn_post_norm));
+            GB_TRY(bind_vector(&b, NAME(ffn_post, "weight"), D, b.norm_add, &w->ffn_post_norm));
         }
         if (c->layer_moe && c->layer_moe[l]) {
             GB_TRY(moe_bind(&b, l, w, experts));
             experts += 3 * (size_t)c->moe.n_expert;
         } else {
-            GB_TRY(bind_matrix(&b, NAME("mlp.gate_proj.weight"), F, D, &w->w_gate));
-            GB_TRY(bind_matrix(&b, NAME("mlp.up_proj.weight"), F, D, &w->w_up));
-            GB_TRY(bind_matrix(&b, NAME("mlp.down_proj.weight"), D, F, &w->w_down));
+            GB_TRY(bind_matrix(&b, NAME(gate, "weight"), F, D, &w->w_gate));
+            GB_TRY(bind_matrix(&b, NAME(up, "weight"), F, D, &w->w_up));
+            GB_TRY(bind_matrix(&b, NAME(down, "weight"), D, F, &w->w_down));
         }
         if (c->mlp_bias) {
-            GB_TRY(bind_vector(&b, NAME("mlp.gate_proj.bias"), F, 0, &w->b_gate));
-            GB_TRY(bind_vector(&b, NAME("mlp.up_proj.bias"), F, 0, &w->b_up));
-            GB_TRY(bind_vector(&b, NAME("mlp.down_proj.bias"), D, 0, &w->b_down));
+            GB_TRY(bind_vector(&b, NAME(gate, "bias"), F, 0, &w->b_gate));
+            GB_TRY(bind_vector(&b, NAME(up, "bias"), F, 0, &w->b_up));
+            GB_TRY(bind_vector(&b, NAME(down, "bias"), D, 0, &w->b_down));
         }
         if (c->layer_kind[l] == LAYER_DELTANET) {
             GB_TRY(deltanet_bind(&b, l, w));
             continue;
         }
-        GB_TRY(bind_matrix(&b, NAME("self_attn.q_proj.weight"), c->attn_out_gate ? 2 * Q : Q, D, &w->wq));
-        GB_TRY(bind_matrix(&b, NAME("self_attn.k_proj.weight"), KV, D, &w->wk));
-        GB_TRY(bind_matrix(&b, NAME("self_attn.v_proj.weight"), KV, D, &w->wv));
-        GB_TRY(bind_matrix(&b, NAME("self_attn.o_proj.weight"), D, Q, &w->wo));
-        if (c->attn_qkv_bias) {
-            GB_TRY(bind_vector(&b, NAME("self_attn.q_proj.bias"), c->attn_out_gate ? 2 * Q : Q, 0, &w->bq));
-            GB_TRY(bind_vector(&b, NAME("self_attn.k_proj.bias"), KV, 0, &w->bk));
-            GB_TRY(bind_vector(&b, NAME("self_attn.v_proj.bias"), KV, 0, &w->bv));
+        if (c->layer_kind[l] == LAYER_SHORTCONV) {
+            GB_TRY(shortconv_bind(&b, l, w));
+            continue;
         }
-        if (c->attn_o_bias) GB_TRY(bind_vector(&b, NAME("self_attn.o_proj.bias"), D, 0, &w->bo));
+        GB_TRY(bind_matrix(&b, NAME(q, "weight"), c->attn_out_gate ? 2 * Q : Q, D, &w->wq));
+        GB_TRY(bind_matrix(&b, NAME(k, "weight"), KV, D, &w->wk));
+        GB_TRY(bind_matrix(&b, NAME(v, "weight"), KV, D, &w->wv));
+        GB_TRY(bind_matrix(&b, NAME(o, "weight"), D, Q, &w->wo));
+        if (c->attn_qkv_bias) {
+            GB_TRY(bind_vector(&b, NAME(q, "bias"), c->attn_out_gate ? 2 * Q : Q, 0, &w->bq));
+            GB_TRY(bind_vector(&b, NAME(k, "bias"), KV, 0, &w->bk));
+            GB_TRY(bind_vector(&b, NAME(v, "bias"), KV, 0, &w->bv));
+        }
+        if (c->attn_o_bias) GB_TRY(bind_vector(&b, NAME(o, "bias"), D, 0, &w->bo));
         if (c->qk_norm) {
-            GB_TRY(bind_vector(&b, NAME("self_attn.q_norm.weight"), c->head_dim, b.norm_add, &w->q_norm));
-            GB_TRY(bind_vector(&b, NAME("self_attn.k_norm.weight"), c->head_dim, b.norm_add, &w->k_norm));
+            GB_TRY(bind_vector(&b, NAME(q_norm, "weight"), c->head_dim, b.norm_add, &w->q_norm));
+            GB_TRY(bind_vector(&b, NAME(k_norm, "weight"), c->head_dim, b.norm_add, &w->k_norm));
         }
     }
 #undef NAME
@@ -184,7 +231,7 @@ static void attention_block(struct gerbil_session *s, int l, int n, const float 
     }
     op_matmul(be, s->k, xn, &w->wk, w->bk, n);                       /* k = xn Wk^T */
     op_matmul(be, s->v, xn, &w->wv, w->bv, n);                       /* v = xn Wv^T */
-    if (w->q_norm) {                                                 /* Qwen3: per-head norms */
+    if (w->q_norm) {                                                 /* Qwen3, LFM2: per-head norms */
         op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
         op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
     }
@@ -245,8 +292,11 @@ gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n,
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *w = &m->layers[l];
         op_rmsnorm(be, xn, x, w->attn_norm, c->norm_eps, n, D);       /* xn = norm(x) */
-        if (c->layer_kind[l] == LAYER_DELTANET) deltanet_forward(s, l, n);
-        else attention_block(s, l, n, rope_scale);
+        switch (c->layer_kind[l]) {
+        case LAYER_DELTANET: deltanet_forward(s, l, n); break;
+        case LAYER_SHORTCONV: shortconv_forward(s, l, n); break;
+        default: attention_block(s, l, n, rope_scale); break;
+        }
         op_add(be, x, xn, (long)n * D);                              /* x += mixer(xn) */
         op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);        /* xn = norm(x) */
         if (c->layer_moe && c->layer_moe[l]) moe_forward(s, l, n);

@@ -94,6 +94,8 @@ static size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
     return 2 * n_attn * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
 }
 
+static size_t layer_state_floats(const struct model_config *c, int l, size_t *conv);
+
 gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     const struct model_config *c = &m->cfg;
     /* dtype histogram over the weights actually bound */
@@ -111,14 +113,17 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
             off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
                                     type_name((enum gb_type)t), 100.0 * by_type[t] / (double)n_elems);
     int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
-    int n_dn = 0;
-    for (int l = 0; l < c->n_layer; l++) n_dn += c->layer_kind[l] == LAYER_DELTANET;
+    int n_dn = 0, n_sc = 0;
+    size_t state = 0, conv;
+    for (int l = 0; l < c->n_layer; l++) {
+        n_dn += c->layer_kind[l] == LAYER_DELTANET;
+        n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
+        state += layer_state_floats(c, l, &conv);
+    }
     char kinds[96] = "";
-    if (n_dn)
-        snprintf(kinds, sizeof kinds, " (%d Gated DeltaNet, %d attention; recurrent state %.1f MiB)", n_dn,
-                 c->n_layer - n_dn,
-                 n_dn * ((double)(c->dn.conv_kernel - 1) * (2 * c->dn.n_k_heads * c->dn.k_dim + c->dn.n_v_heads * c->dn.v_dim) +
-                         (double)c->dn.n_v_heads * c->dn.k_dim * c->dn.v_dim) * 4 / 1048576.0);
+    if (n_dn || n_sc)
+        snprintf(kinds, sizeof kinds, " (%d %s, %d attention; recurrent state %.1f MiB)", n_dn + n_sc,
+                 n_dn ? "Gated DeltaNet" : "short conv", c->n_layer - n_dn - n_sc, (double)state * 4 / 1048576.0);
     double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
     const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
     char local[96] = "";
@@ -157,42 +162,74 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
 
 /* ---- sessions ---- */
 
-/* Recurrent layers: one block of conv + delta-rule state (and its checkpoint), and the
- * DeltaNet activation buffers. 0 on success. */
+/* Floats of recurrent state a layer keeps between calls: the DeltaNet conv window and
+ * delta-rule state, or the short convolution's conv window; 0 for attention. */
+static size_t layer_state_floats(const struct model_config *c, int l, size_t *conv) {
+    const struct deltanet_config *d = &c->dn;
+    switch (c->layer_kind[l]) {
+    case LAYER_DELTANET:
+        *conv = (size_t)(d->conv_kernel - 1) * (2 * (size_t)d->n_k_heads * d->k_dim + (size_t)d->n_v_heads * d->v_dim);
+        return *conv + (size_t)d->n_v_heads * d->k_dim * d->v_dim;
+    case LAYER_SHORTCONV:
+        *conv = (size_t)(c->sc.kernel - 1) * (size_t)c->n_embd;
+        return *conv;
+    default:
+        *conv = 0;
+        return 0;
+    }
+}
+
+/* Recurrent layers: one block holding every layer's state (and one for its checkpoint),
+ * and the activation buffers of the DeltaNet and short-convolution layers. 0 on success. */
 static int recurrent_alloc(struct gerbil_session *s) {
     const struct model_config *c = &s->model->cfg;
     const struct deltanet_config *d = &c->dn;
     const size_t B = (size_t)s->n_batch, C = 2 * (size_t)d->n_k_heads * d->k_dim + (size_t)d->n_v_heads * d->v_dim;
-    const size_t conv = (size_t)(d->conv_kernel - 1) * C, delta = (size_t)d->n_v_heads * d->k_dim * d->v_dim;
+    const size_t D = (size_t)c->n_embd;
     s->ckpt_pos = -1;
     if (c->attn_out_gate && !(s->qg = malloc(B * 2 * (size_t)c->n_head * c->head_dim * sizeof(float)))) return -1;
-    int n_dn = 0;
-    for (int l = 0; l < c->n_layer; l++) n_dn += c->layer_kind[l] == LAYER_DELTANET;
-    if (!n_dn) return 0;
-    s->rstate_floats = (size_t)n_dn * (conv + delta);
+    int n_dn = 0, n_sc = 0;
+    size_t total = 0, conv;
+    for (int l = 0; l < c->n_layer; l++) {
+        n_dn += c->layer_kind[l] == LAYER_DELTANET;
+        n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
+        total += layer_state_floats(c, l, &conv);
+    }
+    if (!total) return 0;
+    s->rstate_floats = total;
     s->rstate = calloc(s->rstate_floats, sizeof(float));
     s->ckpt = malloc(s->rstate_floats * sizeof(float));
     s->conv_state = calloc((size_t)c->n_layer, sizeof(float *));
     s->delta_state = calloc((size_t)c->n_layer, sizeof(float *));
-    const size_t VD = (size_t)d->n_v_heads * d->v_dim;
-    s->dn_in = malloc(B * C * sizeof(float));
-    s->dn_conv = malloc(B * C * sizeof(float));
-    s->dn_z = malloc(B * VD * sizeof(float));
-    s->dn_out = malloc(B * VD * sizeof(float));
-    s->dn_g = malloc(B * d->n_v_heads * sizeof(float));
-    s->dn_beta = malloc(B * d->n_v_heads * sizeof(float));
-    s->dn_scratch = malloc((size_t)tp_n_threads(s->model->tp) * delta_scratch_floats(d->k_dim, d->v_dim) * sizeof(float));
-    if (d->fused_proj & FUSED_QKVZ && !(s->dn_qkvz = malloc(B * (C + VD) * sizeof(float)))) return -1;
-    if (d->fused_proj & FUSED_BA && !(s->dn_ba = malloc(B * 2 * d->n_v_heads * sizeof(float)))) return -1;
-    if (!s->rstate || !s->ckpt || !s->conv_state || !s->delta_state || !s->dn_in || !s->dn_conv || !s->dn_z ||
-        !s->dn_out || !s->dn_g || !s->dn_beta || !s->dn_scratch)
-        return -1;
+    if (!s->rstate || !s->ckpt || !s->conv_state || !s->delta_state) return -1;
+    if (n_dn) {
+        const size_t VD = (size_t)d->n_v_heads * d->v_dim;
+        s->dn_in = malloc(B * C * sizeof(float));
+        s->dn_conv = malloc(B * C * sizeof(float));
+        s->dn_z = malloc(B * VD * sizeof(float));
+        s->dn_out = malloc(B * VD * sizeof(float));
+        s->dn_g = malloc(B * d->n_v_heads * sizeof(float));
+        s->dn_beta = malloc(B * d->n_v_heads * sizeof(float));
+        s->dn_scratch = malloc((size_t)tp_n_threads(s->model->tp) * delta_scratch_floats(d->k_dim, d->v_dim) *
+                               sizeof(float));
+        if (d->fused_proj & FUSED_QKVZ && !(s->dn_qkvz = malloc(B * (C + VD) * sizeof(float)))) return -1;
+        if (d->fused_proj & FUSED_BA && !(s->dn_ba = malloc(B * 2 * d->n_v_heads * sizeof(float)))) return -1;
+        if (!s->dn_in || !s->dn_conv || !s->dn_z || !s->dn_out || !s->dn_g || !s->dn_beta || !s->dn_scratch)
+            return -1;
+    }
+    if (n_sc) {
+        s->sc_in = malloc(B * 3 * D * sizeof(float));
+        s->sc_bx = malloc(B * D * sizeof(float));
+        s->sc_conv = malloc(B * D * sizeof(float));
+        if (!s->sc_in || !s->sc_bx || !s->sc_conv) return -1;
+    }
     float *p = s->rstate;
     for (int l = 0; l < c->n_layer; l++) {
-        if (c->layer_kind[l] != LAYER_DELTANET) continue;
+        const size_t n = layer_state_floats(c, l, &conv);
+        if (!n) continue;
         s->conv_state[l] = p;
-        s->delta_state[l] = p + conv;
-        p += conv + delta;
+        if (c->layer_kind[l] == LAYER_DELTANET) s->delta_state[l] = p + conv;
+        p += n;
     }
     return 0;
 }
@@ -250,7 +287,7 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     for (int l = 0; l < c->n_layer; l++) {
         const struct layer_weights *lw = &m->layers[l];
         const struct gb_weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down,
-                                        &lw->w_qkv, &lw->w_z, &lw->w_b, &lw->w_a, &lw->w_out, &lw->w_qkvz,
+                                        &lw->w_qkv, &lw->w_z, &lw->w_b, &lw->w_a, &lw->w_out, &lw->w_sc_in, &lw->w_qkvz,
                                         &lw->w_ba, &lw->w_router, &lw->w_sh_gate, &lw->w_sh_up, &lw->w_sh_down,
                                         &lw->w_sh_router};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) grow_work(&s->be.work_size, ws[i], s->n_batch);
@@ -317,6 +354,7 @@ void gerbil_session_free(gerbil_session_t s) {
     free(s->rstate); free(s->ckpt); free(s->conv_state); free(s->delta_state);
     free(s->qg); free(s->dn_in); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_g); free(s->dn_beta);
     free(s->dn_scratch); free(s->dn_qkvz); free(s->dn_ba);
+    free(s->sc_in); free(s->sc_bx); free(s->sc_conv);
     free(s->moe_prob); free(s->moe_sel); free(s->moe_wsel); free(s->moe_rows); free(s->moe_rw);
     free(s->moe_x); free(s->moe_y); free(s->moe_acc); free(s->moe_shg);
     free(s);

@@ -42,6 +42,10 @@ struct layer_weights {
     struct gb_weight *exp_gate, *exp_up, *exp_down; /* [n_expert]: (n_ff_exp, n_embd) x2, (n_embd, n_ff_exp) */
     struct gb_weight w_sh_gate, w_sh_up, w_sh_down; /* shared expert: (n_ff_shexp, n_embd) x2, (n_embd, n_ff_shexp) */
     struct gb_weight w_sh_router;     /* (1, n_embd) shared_expert_gate */
+    /* LFM2 short convolution (LAYER_SHORTCONV); also w_out (n_embd, n_embd) out_proj and
+     * conv_w (conv_L_cache, n_embd), tap-major */
+    struct gb_weight w_sc_in;  /* (3 * n_embd, n_embd) in_proj: [B | C | x] */
+    const float *b_sc_in, *b_conv, *b_out; /* conv_bias: (3 * n_embd), (n_embd), (n_embd) or NULL */
 };
 
 struct gerbil_model {
@@ -77,6 +81,7 @@ struct gerbil_session {
     int ckpt_pos;
     float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
     float **delta_state;              /* [n_layer] -> (nv, dv, dk): S^T per value head, or NULL */
+    /* conv_state of a LAYER_SHORTCONV layer: (conv_L_cache - 1, n_embd) */
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
     float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
@@ -89,6 +94,7 @@ struct gerbil_session {
     float *moe_rw;                    /* (n_batch): their routing weights */
     float *moe_x, *moe_y, *moe_acc;   /* (n_batch, n_embd) */
     float *moe_shg;                   /* (n_batch) shared-expert gate logits */
+    float *sc_in, *sc_bx, *sc_conv;   /* (n_batch, 3 * n_embd), (n_batch, n_embd) x2: short conv */
     float *inv_freq;                  /* (rope n_dims / 2) */
     float *inv_freq_local;            /* (rope_local n_dims / 2) when the model has a sliding-layer RoPE */
     int32_t *pos;                     /* (n_batch) */
@@ -117,6 +123,11 @@ void deltanet_forward(struct gerbil_session *s, int layer, int n);
 gerbil_status moe_bind(struct binder *b, int layer, struct layer_weights *w, struct gb_weight *experts);
 /* xn: the normed input rows; the block's output replaces xn. */
 void moe_forward(struct gerbil_session *s, int layer, int n);
+/* LFM2 short-convolution layers (shortconv.c). */
+size_t shortconv_f32_floats(const struct model_config *c);
+gerbil_status shortconv_bind(struct binder *b, int layer, struct layer_weights *w);
+/* xn: the normed input rows; the mixer output replaces xn. */
+void shortconv_forward(struct gerbil_session *s, int layer, int n);
 /* Forward n (<= s->n_batch) tokens at s->n_past; logits: NULL, last row, or all rows. */
 gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all);
 

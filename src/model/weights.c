@@ -45,6 +45,18 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"mlp.switch_mlp.gate_proj", "ffn_gate_exps", ARCH_COUNT},
     {"mlp.switch_mlp.up_proj", "ffn_up_exps", ARCH_COUNT},
     {"mlp.switch_mlp.down_proj", "ffn_down_exps", ARCH_COUNT},
+    /* LFM2 (llama.cpp arch lfm2) */
+    {"operator_norm", "attn_norm", ARCH_LFM2},
+    {"ffn_norm", "ffn_norm", ARCH_LFM2},
+    {"self_attn.out_proj", "attn_output", ARCH_LFM2},
+    {"self_attn.q_layernorm", "attn_q_norm", ARCH_LFM2},
+    {"self_attn.k_layernorm", "attn_k_norm", ARCH_LFM2},
+    {"feed_forward.w1", "ffn_gate", ARCH_LFM2},
+    {"feed_forward.w3", "ffn_up", ARCH_LFM2},
+    {"feed_forward.w2", "ffn_down", ARCH_LFM2},
+    {"conv.conv", "shortconv.conv", ARCH_LFM2},
+    {"conv.in_proj", "shortconv.in_proj", ARCH_LFM2},
+    {"conv.out_proj", "shortconv.out_proj", ARCH_LFM2},
 };
 
 /* Parameters without a .weight/.bias suffix. */
@@ -58,6 +70,7 @@ static int gguf_name(const struct weight_source *s, const char *hf, char *out, s
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
         {"lm_head.weight", "output.weight"},
+        {"model.embedding_norm.weight", "token_embd_norm.weight"}, /* LFM2's final norm, so named by llama.cpp */
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap ? 0 : -1;

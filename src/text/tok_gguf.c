@@ -181,7 +181,8 @@ static gerbil_status read_meta(const struct gguf_file *f, struct gv *v) {
     if (v->type == GV_BPE) {
         const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
         if (pre && (!strcmp(pre, "llama3") || !strcmp(pre, "llama-v3") || !strcmp(pre, "llama-bpe") ||
-                    !strcmp(pre, "falcon3") || !strcmp(pre, "tekken") || !strcmp(pre, "chameleon")))
+                    !strcmp(pre, "falcon3") || !strcmp(pre, "tekken") || !strcmp(pre, "chameleon") ||
+                    !strcmp(pre, "lfm2")))
             def_bos = 1;
     }
     GB_TRY(get_bool(f, v->path, "tokenizer.ggml.add_bos_token", def_bos, &v->add_bos));
@@ -212,7 +213,7 @@ struct pre_family {
 
 static const struct pre_family PRE_FAMILIES[] = {
     {"default", 0, 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2_NOWS, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"llama3 llama-v3 llama-bpe falcon3 pixtral", 1, 0, {RE_LLAMA3}},
+    {"llama3 llama-v3 llama-bpe falcon3 pixtral lfm2", 1, 0, {RE_LLAMA3}},
     {"dbrx smaug-bpe chatglm-bpe", 0, 0, {RE_LLAMA3}},
     {"gpt-2 phi-2 jina-es jina-de gigachat jina-v1-en jina-v2-es jina-v2-de jina-v2-code roberta-bpe mpt olmo jais", 0, 0,
      {RE_GPT2}},

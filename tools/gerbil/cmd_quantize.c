@@ -66,8 +66,8 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
-            "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text), or the cached snapshot of a Hugging\n"
-            "Face repo id IN (pulled when missing), into OUT.\n\n"
+            "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text, LFM2), or the cached snapshot of a\n"
+            "Hugging Face repo id IN (pulled when missing), into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
             "                     IN has a byte-level BPE tokenizer.json);\n"
@@ -108,6 +108,15 @@ static const struct { const char *hf, *gguf; unsigned archs; int bare; } layer_n
     {"mlp.gate_proj", "ffn_gate", 0, 0},        {"mlp.up_proj", "ffn_up", 0, 0},
     {"mlp.down_proj", "ffn_down", 0, 0},
     {"post_feedforward_layernorm", "post_ffw_norm", A(ARCH_GEMMA3), 0},
+    /* LFM2 (llama.cpp arch lfm2) */
+    {"operator_norm", "attn_norm", A(ARCH_LFM2), 0},
+    {"self_attn.q_layernorm", "attn_q_norm", A(ARCH_LFM2), 0}, {"self_attn.k_layernorm", "attn_k_norm", A(ARCH_LFM2), 0},
+    {"self_attn.out_proj", "attn_output", A(ARCH_LFM2), 0},
+    {"conv.conv", "shortconv.conv", A(ARCH_LFM2), 0},         {"conv.in_proj", "shortconv.in_proj", A(ARCH_LFM2), 0},
+    {"conv.out_proj", "shortconv.out_proj", A(ARCH_LFM2), 0},
+    {"ffn_norm", "ffn_norm", A(ARCH_LFM2), 0},
+    {"feed_forward.w1", "ffn_gate", A(ARCH_LFM2), 0},         {"feed_forward.w3", "ffn_up", A(ARCH_LFM2), 0},
+    {"feed_forward.w2", "ffn_down", A(ARCH_LFM2), 0},
 };
 _Static_assert(ARCH_COUNT <= 32, "an architecture mask fits in unsigned");
 
@@ -485,7 +494,7 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
             k++;
         }
     }
-    const char *pre = q->cfg.arch == ARCH_QWEN35 ? "qwen35"
+    const char *pre = q->cfg.arch == ARCH_QWEN35 ? "qwen35" : q->cfg.arch == ARCH_LFM2 ? "lfm2"
                       : q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 || q->cfg.arch == ARCH_QWEN3NEXT
                           ? "qwen2" : "llama-bpe";
     if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2")) ||
@@ -626,6 +635,7 @@ static const char *gguf_arch(enum model_arch a) {
     case ARCH_QWEN35: return "qwen35";
     case ARCH_GEMMA3: return "gemma3";
     case ARCH_QWEN3NEXT: return "qwen3next";
+    case ARCH_LFM2: return "lfm2";
     default: return "llama";
     }
 }
@@ -676,6 +686,9 @@ static gerbil_status write_gguf(struct qctx *q) {
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: this rope_scaling type is not supported in GGUF output yet "
                        "(default, linear and yarn are)", q->in);
     if (c->mlx.bits) return err_set(GERBIL_ERR_UNSUPPORTED, "%s is already MLX-quantized", q->in);
+    if (c->arch == ARCH_LFM2 && c->sc.bias)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: conv_bias is set; GGUF lfm2 (llama.cpp) has no short-conv biases",
+                       q->in);
     struct gguf_writer *w;
     GB_TRY(gguf_writer_new(&w));
     gerbil_status st;
@@ -697,7 +710,8 @@ static gerbil_status write_gguf(struct qctx *q) {
         (st = gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)c->n_layer)) ||
         (st = gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)c->n_ff)) ||
         (st = gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head)) ||
-        (st = gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv)) ||
+        (c->arch != ARCH_LFM2 &&
+         (st = gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv))) ||
         (st = gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim)) ||
         (st = gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim)) ||
         (st = gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)c->rope.theta)) ||
@@ -746,6 +760,14 @@ static gerbil_status write_gguf(struct qctx *q) {
             (st = gguf_writer_add_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)m->n_ff_shexp)))
             goto out;
     }
+    if (c->arch == ARCH_LFM2) { /* KV heads per layer, 0 marking the short-conv layers */
+        uint32_t *kv = qalloc(q, (size_t)c->n_layer * sizeof *kv);
+        if (!kv) { st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
+        for (int l = 0; l < c->n_layer; l++) kv[l] = c->layer_kind[l] == LAYER_ATTENTION ? (uint32_t)c->n_head_kv : 0;
+        if ((st = gguf_writer_add_arr(w, KEY("attention.head_count_kv"), GGUF_VT_U32, kv, (uint64_t)c->n_layer)) ||
+            (st = gguf_writer_add_u32(w, KEY("shortconv.l_cache"), (uint32_t)c->sc.kernel)))
+            goto out;
+    }
     if (c->arch == ARCH_GEMMA3 && (st = gemma3_keys(q, w, arch))) goto out;
 #undef KEY
     if ((st = gguf_tokenizer(q, w))) goto out;
@@ -791,6 +813,10 @@ static gerbil_status write_gguf(struct qctx *q) {
     struct xform onorm = {.add = norm_add};
     if ((t = find_mark(q, "model.norm.weight")) &&
         (st = gguf_tensor(q, w, t, "output_norm.weight", -1, &onorm, ++idx, total)))
+        goto out;
+    /* LFM2's final norm, which llama.cpp names token_embd_norm */
+    if ((t = find_mark(q, "model.embedding_norm.weight")) &&
+        (st = gguf_tensor(q, w, t, "token_embd_norm.weight", -1, &none, ++idx, total)))
         goto out;
     t = find_mark(q, "lm_head.weight");
     if (t && !c->tie_embeddings && (st = gguf_tensor(q, w, t, "output.weight", -1, &none, ++idx, total))) goto out;

@@ -1,5 +1,5 @@
 /* Ops of the recurrent (linear-attention) layers: the causal depthwise conv1d with its
- * rolling state, per-head L2 norm, gated RMSNorm, sigmoid gates, and the gated delta
+ * rolling state, per-head L2 norm, gated RMSNorm, sigmoid and product gates, and the gated delta
  * rule in its recurrent (decode) and chunked (prefill) forms. f32 throughout, in the
  * order of operations transformers uses, so results track its reference closely. */
 #include "backend/cpu/kernels.h"
@@ -28,6 +28,31 @@ static void sigmoid_mul_range(void *p, long lo, long hi) {
 void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n) {
     struct gate_args a = {.y = y, .x = x, .g = g};
     parallel_range(be, n, 8, sigmoid_mul_range, &a);
+}
+
+struct mul_rows_args {
+    float *y;
+    const float *a, *b, *bias;
+    int a_stride, b_stride, n;
+};
+
+static void mul_rows_range(void *p, long lo, long hi) {
+    const struct mul_rows_args *m = p;
+    for (long t = lo; t < hi; t++) {
+        const float *a = m->a + (size_t)t * m->a_stride, *b = m->b + (size_t)t * m->b_stride;
+        float *y = m->y + (size_t)t * m->n;
+        if (m->bias)
+            for (int i = 0; i < m->n; i++) y[i] = a[i] * (b[i] + m->bias[i]);
+        else
+            for (int i = 0; i < m->n; i++) y[i] = a[i] * b[i];
+    }
+}
+
+void op_mul_rows(struct backend *be, float *y, const float *a, int a_stride, const float *b, int b_stride,
+                 const float *bias, int n_rows, int n) {
+    struct mul_rows_args m = {.y = y, .a = a, .b = b, .bias = bias, .a_stride = a_stride, .b_stride = b_stride,
+                              .n = n};
+    parallel_range(be, n_rows, n, mul_rows_range, &m);
 }
 
 /* ---- causal depthwise conv1d ---- */
