@@ -27,6 +27,26 @@ IDS=1,17,42,100,7,3,250,128,64,9,33,200,5,77,150,2
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "FAIL: $*"; }
 
+# vs_transformers FIXTURE GGUF: the GGUF's logits of FIXTURE's prompt (f32 KV cache) within 1e-3 of
+# transformers' (FIXTURE/expected.safetensors) at every position
+vs_transformers() {
+    python3 - "$G" "$1" "$2" <<'EOF'
+import json, struct, subprocess, sys
+g, fx, model = sys.argv[1:4]
+f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+def get(name, fmt):
+    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
+    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
+ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
+out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
+                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
+L = json.loads(out.stdout)["logits"]; V = shape[1]
+d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
+print(f"  {fx.rsplit('/', 1)[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
+sys.exit(0 if d <= 1e-3 else 1)
+EOF
+}
+
 # compare NAME REF.json OUT.json MAXDIFF MIN_CORR MIN_ARGMAX_SAME
 compare() {
     python3 - "$@" <<'EOF'
@@ -152,26 +172,11 @@ if [ $? -ne 0 ] && grep -q "already exists" "$T/err"; then ok; else bad "existin
 # GGUF must reproduce transformers' logits of the fixture prompt (expected.safetensors)
 # within 1e-3 at every position, with an f32 KV cache.
 for m in qwen35-f32 lfm2-f32; do
-if "$G" quantize $FX/$m "$T/$m.gguf" --type f32 >/dev/null 2>&1; then
-    if python3 - "$G" $FX/$m "$T/$m.gguf" <<'EOF'
-import json, struct, subprocess, sys
-g, fx, model = sys.argv[1:4]
-f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
-def get(name, fmt):
-    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
-    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
-ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
-out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
-                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
-L = json.loads(out.stdout)["logits"]; V = shape[1]
-d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
-print(f"  {fx.rsplit('/', 1)[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
-sys.exit(0 if d <= 1e-3 else 1)
-EOF
-    then ok; else bad "$m GGUF differs from transformers"; fi
-else
-    bad "$m f32 GGUF"
-fi
+    if "$G" quantize $FX/$m "$T/$m.gguf" --type f32 >/dev/null 2>&1; then
+        if vs_transformers $FX/$m "$T/$m.gguf"; then ok; else bad "$m GGUF differs from transformers"; fi
+    else
+        bad "$m f32 GGUF"
+    fi
 done
 
 # Qwen3-Next (fused in_proj_qkvz split into attn_qkv + attn_gate, in_proj_ba kept fused
@@ -180,21 +185,7 @@ done
 # f32 GGUF must reproduce transformers within 1e-3 at every position; q8_0 must track it.
 for m in qwen3next-f32 qwen3next-bf16; do
     if "$G" quantize $FX/$m "$T/$m.gguf" --type f32 >/dev/null 2>"$T/q.err"; then
-        if python3 - "$G" $FX/$m "$T/$m.gguf" <<'EOF'
-import json, struct, subprocess, sys
-g, fx, model = sys.argv[1:4]
-f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
-def get(name, fmt):
-    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
-    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
-ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
-out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
-                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
-L = json.loads(out.stdout)["logits"]; V = shape[1]
-d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
-print(f"  {fx.split('/')[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
-sys.exit(0 if d <= 1e-3 else 1)
-EOF
+        if vs_transformers $FX/$m "$T/$m.gguf"
         then ok; else bad "$m GGUF differs from transformers"; fi
         if "$G" info --model "$T/$m.gguf" 2>&1 | grep -q "experts: *4 (2 per token, ffn 64; shared expert ffn 128) in 3 of 4"; then ok
         else bad "$m GGUF: info"; fi

@@ -12,7 +12,7 @@ struct progress_view {
     double last_line_s;
 };
 
-static const char *fmt_bytes(uint64_t n, char *buf, size_t cap) {
+const char *cli_fmt_bytes(uint64_t n, char *buf, size_t cap) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
     int u = 0;
@@ -34,7 +34,7 @@ static void on_progress(void *user, const gerbil_hub_progress *p) {
     if (!v->started) {
         v->started = 1;
         fprintf(stderr, "pulling %s@%s (commit %.12s): %d file%s, %s\n", p->repo, p->revision, p->commit, p->n_files,
-                p->n_files == 1 ? "" : "s", fmt_bytes(p->bytes_total, a, sizeof a));
+                p->n_files == 1 ? "" : "s", cli_fmt_bytes(p->bytes_total, a, sizeof a));
     }
     double speed = p->elapsed_s > 0.2 ? p->bytes_done / p->elapsed_s : 0;
     double eta = speed > 0 ? (p->bytes_total - p->bytes_done) / speed : -1;
@@ -45,18 +45,18 @@ static void on_progress(void *user, const gerbil_hub_progress *p) {
         for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
         bar[20] = 0;
         fprintf(stderr, "\r[%s] %5.1f%%  %s / %s  %s/s  ETA %s  (%d/%d files)\033[K", bar, pct,
-                fmt_bytes(p->bytes_done, a, sizeof a), fmt_bytes(p->bytes_total, b, sizeof b),
-                fmt_bytes((uint64_t)speed, c, sizeof c), fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
+                cli_fmt_bytes(p->bytes_done, a, sizeof a), cli_fmt_bytes(p->bytes_total, b, sizeof b),
+                cli_fmt_bytes((uint64_t)speed, c, sizeof c), fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
         if (p->done) fputc('\n', stderr);
     } else if (!p->done && p->elapsed_s - v->last_line_s >= 5.0) {
         v->last_line_s = p->elapsed_s;
-        fprintf(stderr, "  %s / %s (%.0f%%), %s/s, ETA %s, %d/%d files\n", fmt_bytes(p->bytes_done, a, sizeof a),
-                fmt_bytes(p->bytes_total, b, sizeof b), pct, fmt_bytes((uint64_t)speed, c, sizeof c),
+        fprintf(stderr, "  %s / %s (%.0f%%), %s/s, ETA %s, %d/%d files\n", cli_fmt_bytes(p->bytes_done, a, sizeof a),
+                cli_fmt_bytes(p->bytes_total, b, sizeof b), pct, cli_fmt_bytes((uint64_t)speed, c, sizeof c),
                 fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
     }
     if (p->done)
-        fprintf(stderr, "pulled %s: %s in %.1f s (%s/s)\n", p->repo, fmt_bytes(p->bytes_total, a, sizeof a),
-                p->elapsed_s, fmt_bytes((uint64_t)(p->elapsed_s > 0 ? p->bytes_total / p->elapsed_s : 0), b, sizeof b));
+        fprintf(stderr, "pulled %s: %s in %.1f s (%s/s)\n", p->repo, cli_fmt_bytes(p->bytes_total, a, sizeof a),
+                p->elapsed_s, cli_fmt_bytes((uint64_t)(p->elapsed_s > 0 ? p->bytes_total / p->elapsed_s : 0), b, sizeof b));
     fflush(stderr);
 }
 

@@ -12,15 +12,6 @@ static void help(FILE *f) {
                "(safetensors, gguf, or incomplete) and the size of its files.\n");
 }
 
-static const char *fmt_size(uint64_t n, char *buf, size_t cap) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024 && u < 4) { v /= 1024; u++; }
-    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
-
 int cmd_list(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
@@ -46,7 +37,7 @@ int cmd_list(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         char size[32];
         printf("%-*s  %-12s  %-12.12s  %-11s  %10s\n", w, e[i].repo, e[i].revisions[0] ? e[i].revisions : "-",
-               e[i].commit, e[i].format, fmt_size(e[i].bytes, size, sizeof size));
+               e[i].commit, e[i].format, cli_fmt_bytes(e[i].bytes, size, sizeof size));
     }
     gerbil_hub_list_free(e, n);
     return 0;
