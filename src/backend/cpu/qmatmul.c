@@ -30,6 +30,7 @@
 
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
+#include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
 
 #include <math.h>
 #include <stdatomic.h>
@@ -41,6 +42,31 @@
  * instead of summing qs again. */
 _Static_assert(sizeof(struct qx8) == 40, "qx8");
 _Static_assert(sizeof(struct qx16) == 72, "qx16");
+_Static_assert(sizeof(struct qx128) == 384, "qx128");
+
+/* ---- CPU check for the AVX-512 kernels (here: qmatmul_avx512.c is compiled for AVX-512
+ * throughout, so not even its CPU check may run before the check) ------------------- */
+
+static _Atomic int avx512_off;
+
+int qmatmul_has_avx512(void) {
+#ifdef GERBIL_HAVE_X86
+    static _Atomic int has = -1; /* first calls may race: all compute the same value */
+    if (atomic_load_explicit(&avx512_off, memory_order_relaxed)) return 0;
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        atomic_store_explicit(&has, h, memory_order_relaxed);
+    }
+    return h && cpu_has_avx2(); /* not cached: 0 while cpu_force_ref */
+#else
+    return 0;
+#endif
+}
+
+void qmatmul_disable_avx512(int on) { atomic_store_explicit(&avx512_off, on ? 1 : 0, memory_order_relaxed); }
 
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
@@ -453,6 +479,7 @@ struct qjob {
     /* MLX: x quantized in xq (qx16, permuted for the AVX2 4-bit kernel) and */
     float *gsum;       /* [n_tok][n_in / gs] group sums of the quantized x */
     int permuted;
+    int x512;          /* the AVX-512 kernels: x as struct qx128 chunks */
     int chunk;
     _Atomic int next;
 };
@@ -465,6 +492,13 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
         const float *xt = j->x + (size_t)t * (size_t)n;
         if (w->kind == GB_WEIGHT_MLX) {
             int gs = w->group_size, ng = n / gs;
+#ifdef GERBIL_HAVE_X86
+            if (j->x512) {
+                mlx_quant_x_avx512(xt, n, w->bits, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs),
+                                   j->gsum + (size_t)t * (size_t)ng);
+                continue;
+            }
+#endif
             struct qx16 *qt = (struct qx16 *)(j->xq + (size_t)t * j->xs);
             quantize_x16(xt, qt, n, j->permuted);
             float *gt = j->gsum + (size_t)t * (size_t)ng;
@@ -488,7 +522,8 @@ static void prep_worker(void *ctx, int ith, int nth) {
     prep_tokens(j, (int)lo, (int)hi);
 }
 
-static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, else 1). */
+static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
     size_t esz = w->sb_type == GB_TYPE_F32 ? 4 : 2;
@@ -499,6 +534,12 @@ static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
+    if (j->x512) {
+        (w->bits == 4 ? mlxdot4_avx512 : mlxdot8_avx512)(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz,
+                                                         w->sb_type, x, j->xs, g, (size_t)ng, nt, y,
+                                                         (size_t)w->n_out);
+        return;
+    }
     if (j->fast && w->bits == 4) {
         mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
@@ -526,11 +567,12 @@ static void row_worker(void *ctx, int ith, int nth) {
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
             int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
-            for (int o = (int)o_lo; o < o_hi; o++) {
+            int rstep = j->x512 ? 4 : 1; /* rows per MLX kernel call */
+            for (int o = (int)o_lo; o < o_hi; o += rstep) {
                 for (int u = t0; u < t1; u += MAX_NT) {
                     int nt = t1 - u < MAX_NT ? t1 - u : MAX_NT;
                     if (w->kind == GB_WEIGHT_MLX) {
-                        mlx_rows(j, o, u, nt);
+                        mlx_rows(j, o, o_hi - o < rstep ? o_hi - o : rstep, u, nt);
                     } else {
                         j->fn(n_in, (const char *)w->data + (size_t)o * w->row_bytes, j->xq + (size_t)u * j->xs,
                               j->xs, nt, j->y + (size_t)u * (size_t)n_out + o, (size_t)n_out);
@@ -548,8 +590,9 @@ static int is_float_plain(const struct gb_weight *w) {
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     if (n_tok <= 0) return 0;
-    if (w->kind == GB_WEIGHT_MLX)
-        return (size_t)n_tok * ((size_t)(w->n_in / 32) * sizeof(struct qx16) + (size_t)(w->n_in / w->group_size) * sizeof(float));
+    if (w->kind == GB_WEIGHT_MLX) /* room for either activation layout (qx128 is the larger) */
+        return (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
+                                (size_t)(w->n_in / w->group_size) * sizeof(float));
     if (is_float_plain(w)) return 0;
     return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
 }
@@ -567,9 +610,11 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         /* group sizes are powers of two (32, 64, 128): the kernels divide by shifts */
         GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size >= 32 && (w->group_size & (w->group_size - 1)) == 0 &&
                   w->n_in % w->group_size == 0);
+        j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
+                 qmatmul_has_avx512();
         j.permuted = j.fast && w->bits == 4;
         j.xq = work;
-        j.xs = (size_t)(w->n_in / 32) * sizeof(struct qx16);
+        j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
         j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     } else {
         struct qkernel k = qkernel_of(w->type);
@@ -597,6 +642,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     } else {
         long n_chunks = (long)nth * CHUNKS_PER_THREAD;
         j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
+        if (j.x512) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
 }

@@ -1,0 +1,207 @@
+/* AVX-512 (512-bit) kernels for MLX affine weights, w = s_g q + b_g per group g:
+ *   dot(w, x) = sum_g s_g (q . x~)_g + sum_g b_g xsum_g,
+ * with x~ = d_b qx the 16-bit block quantization of qmatmul.c (the error is w . (x~ - x),
+ * 256 times smaller than 8-bit activations; 8-bit ones break the MLX golden bound).
+ *
+ * Codes meet the 16-bit x in vpdpwssd (int16 pairs to int32, exact: at most
+ * 8 * 255 * 32767 per lane and chunk). A chunk is 128 elements, one 64-byte load of
+ * 4-bit codes read as 32 int16 lanes: lane k holds codes 4k..4k+3 in its four nibbles,
+ * so four mask/shift ops give four code vectors (code 4k + j in lane k of vector j)
+ * and x is stored in that order (struct qx128). The int32 lane m of the sum then
+ * covers elements 8m..8m+7, inside one 32-element x block and one group, so one
+ * vcvtdq2ps, one multiply by the lanes' block steps and one FMA by the lanes' group
+ * scales finish the chunk; no per-block horizontal work. 8-bit codes: two 64-byte
+ * loads, bytes split into even and odd int16 lanes; lane m covers 4 elements.
+ * The bias terms are 16 groups per FMA (biases x group sums of x~), into the same
+ * accumulator; one horizontal sum per output.
+ *
+ * Tiles: up to 4 rows x 4 tokens per pass; each row's codes are unpacked once per
+ * chunk and used for every token (prefill), and a decode pass streams 4 rows against
+ * one token held in L1. The instruction sequence for one (row, token) is the same in
+ * every tile shape, so results depend on neither the tiling nor the thread split.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
+ * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
+#include "backend/cpu/qmatmul_avx512.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4")
+
+/* Most rows and tokens per tile: 4 x 2 keeps the 8 accumulators, 4 rows' unpacked
+ * codes and scales in the 32 zmm registers (4 x 4 spilled; 2 x 4, 3 x 3 and 2 x 2 ran
+ * slower in bench_qmatmul). */
+enum { MR = 4, MT = 2 };
+
+/* ---- activations ----------------------------------------------------------------------- */
+
+void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
+    const __m512i ie = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                                        24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi16(ie, _mm512_set1_epi16(1));
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
+    for (int g = 0; g < ng; g++) gsum[g] = 0.0f;
+    for (int c = 0; c < n / 128; c++) {
+        const float *xc = x + 128 * c;
+        __m512i B[4];
+        float d[4];
+        for (int b = 0; b < 4; b++) {
+            __m512 x0 = _mm512_loadu_ps(xc + 32 * b), x1 = _mm512_loadu_ps(xc + 32 * b + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+            d[b] = amax / 32767.0f;
+            /* vcvtps2dq rounds to nearest even, as qmatmul.c's round_near */
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+            int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            gsum[(32 * (4 * c + b)) >> lg] += d[b] * (float)sum;
+            B[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)), _mm512_cvtepi32_epi16(q1), 1);
+        }
+        /* even / odd elements of each 64 */
+        __m512i E0 = _mm512_permutex2var_epi16(B[0], ie, B[1]), O0 = _mm512_permutex2var_epi16(B[0], io, B[1]);
+        __m512i E1 = _mm512_permutex2var_epi16(B[2], ie, B[3]), O1 = _mm512_permutex2var_epi16(B[2], io, B[3]);
+        int16_t *qs = out[c].qs;
+        float *dv = out[c].dv;
+        if (bits == 4) {
+            /* x[4k + j]: every other element of the evens (j = 0, 2) or the odds (1, 3) */
+            _mm512_storeu_si512(qs, _mm512_permutex2var_epi16(E0, ie, E1));
+            _mm512_storeu_si512(qs + 32, _mm512_permutex2var_epi16(O0, ie, O1));
+            _mm512_storeu_si512(qs + 64, _mm512_permutex2var_epi16(E0, io, E1));
+            _mm512_storeu_si512(qs + 96, _mm512_permutex2var_epi16(O0, io, O1));
+            for (int m = 0; m < 16; m++) dv[m] = d[m / 4];
+            for (int m = 16; m < 32; m++) dv[m] = 0.0f;
+        } else {
+            _mm512_storeu_si512(qs, E0);
+            _mm512_storeu_si512(qs + 32, O0);
+            _mm512_storeu_si512(qs + 64, E1);
+            _mm512_storeu_si512(qs + 96, O1);
+            for (int m = 0; m < 32; m++) dv[m] = d[m / 8];
+        }
+    }
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* 16 (masked) scales or biases from index g0, as f32. */
+AI __m512 sb16(const void *p, enum gb_type t, int g0, __mmask16 m) {
+    if (t == GB_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + g0);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + g0);
+    if (t == GB_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, size_t rb, const char *sc,
+                 const char *bi, size_t sbr, enum gb_type sbt, const char *xq, size_t xs, const float *gsum,
+                 size_t gstr, float *y, size_t ldy) {
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
+    int gpc = 128 >> lg; /* groups per chunk */
+    /* lane m's group within the chunk: element 8m (4-bit), 4m and 64 + 4m (8-bit) */
+    __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i ix0 = _mm512_srli_epi32(_mm512_slli_epi32(lane, bits == 4 ? 3 : 2), lg);
+    __m512i ix1 = _mm512_srli_epi32(_mm512_add_epi32(_mm512_slli_epi32(lane, 2), _mm512_set1_epi32(64)), lg);
+    const __m512i step = _mm512_set1_epi32(gpc);
+    const __m512i m4 = _mm512_set1_epi16(15), m8 = _mm512_set1_epi16(255);
+    __m512 acc[MR][MT];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    /* blocks of 16 groups (16 gs / 128 chunks): their scales are loaded and converted once
+     * per row, and their bias terms go in with one FMA per row and token */
+    for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
+        __mmask16 m = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __m512 s16[MR];
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
+            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, gsum + (size_t)t * gstr + g0), acc[r][t]);
+        }
+        int c1 = (ng - g0 >= 16 ? g0 + 16 : ng) >> (7 - lg); /* chunk c covers groups c gpc .. */
+        __m512i i0 = ix0, i1 = ix1;
+        for (; c < c1; c++, i0 = _mm512_add_epi32(i0, step), i1 = _mm512_add_epi32(i1, step)) {
+            UNROLL for (int r = 0; r < R; r++) {
+                __m512i w0, w1, w2, w3;
+                const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * (size_t)(16 * bits);
+                if (bits == 4) {
+                    __m512i v = _mm512_loadu_si512(cr);
+                    w0 = _mm512_and_si512(v, m4);
+                    w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    w2 = _mm512_and_si512(_mm512_srli_epi16(v, 8), m4);
+                    w3 = _mm512_srli_epi16(v, 12);
+                } else {
+                    __m512i v0 = _mm512_loadu_si512(cr), v1 = _mm512_loadu_si512(cr + 64);
+                    w0 = _mm512_and_si512(v0, m8);
+                    w1 = _mm512_srli_epi16(v0, 8);
+                    w2 = _mm512_and_si512(v1, m8);
+                    w3 = _mm512_srli_epi16(v1, 8);
+                }
+                __m512 sv0 = _mm512_permutexvar_ps(i0, s16[r]);
+                __m512 sv1 = bits == 8 ? _mm512_permutexvar_ps(i1, s16[r]) : sv0;
+                UNROLL for (int t = 0; t < T; t++) {
+                    const struct qx128 *xb = (const struct qx128 *)(xq + (size_t)t * xs) + c;
+                    const __m512i *q = (const __m512i *)xb->qs;
+                    if (bits == 4) {
+                        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(q));
+                        s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(q + 1));
+                        s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(q + 2));
+                        s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(q + 3));
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv));
+                        acc[r][t] = _mm512_fmadd_ps(f, sv0, acc[r][t]);
+                    } else {
+                        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(q));
+                        s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(q + 1));
+                        __m512i u = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w2, _mm512_loadu_si512(q + 2));
+                        u = _mm512_dpwssd_epi32(u, w3, _mm512_loadu_si512(q + 3));
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv));
+                        __m512 e = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_loadu_ps(xb->dv + 16));
+                        acc[r][t] = _mm512_fmadd_ps(f, sv0, acc[r][t]);
+                        acc[r][t] = _mm512_fmadd_ps(e, sv1, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ldy + r] =
+        _mm512_reduce_add_ps(acc[r][t]);
+}
+
+_Static_assert(MT == 2, "TILE_T");
+#define TILE_T(R)                                                                                         \
+    switch (t) {                                                                                          \
+    case 2: mlx_tile(bits, R, 2, n, gs, codes, rb, sc, bi, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break; \
+    default: mlx_tile(bits, R, 1, n, gs, codes, rb, sc, bi, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break; \
+    }
+
+AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *scv, const void *biv,
+               size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+               float *y, size_t ldy) {
+    for (int r0 = 0; r0 < nr; r0 += MR) {
+        const char *sc = (const char *)scv + (size_t)r0 * sbr, *bi = (const char *)biv + (size_t)r0 * sbr;
+        const uint8_t *codes = codes0 + (size_t)r0 * rb;
+        int nrr = nr - r0 < MR ? nr - r0 : MR;
+        for (int u0 = 0; u0 < nt; u0 += MT) {
+            int t = nt - u0 < MT ? nt - u0 : MT;
+            const char *xu = (const char *)xq + (size_t)u0 * xs;
+            const float *gu = gsum + (size_t)u0 * gstr;
+            float *yu = y + (size_t)u0 * ldy + r0;
+            switch (nrr) {
+            case 4: TILE_T(4) break;
+            case 3: TILE_T(3) break;
+            case 2: TILE_T(2) break;
+            default: TILE_T(1) break;
+            }
+        }
+    }
+}
+
+void mlxdot4_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                    size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                    float *y, size_t ldy) {
+    mlxdot(4, n, gs, nr, codes, rb, sc, bi, sbr, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                    size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                    float *y, size_t ldy) {
+    mlxdot(8, n, gs, nr, codes, rb, sc, bi, sbr, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
