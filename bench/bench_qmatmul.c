@@ -11,8 +11,9 @@
  * slows a call down.
  * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3|fast]
  * With "fast": the fast kernels only (VNNI and AVX2).
- * With "l3": only 2000 decode calls on one matrix with the fast kernels and 1 thread,
- * for `perf stat` (cycles per byte, unaffected by time slicing on a busy machine). */
+ * With "l3": only 2000 decode calls and 20 prefill calls on one matrix with the fast
+ * kernels and 1 thread, timed by thread CPU time (unaffected by time slicing on a busy
+ * machine; still by a busy SMT sibling), also for `perf stat`. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
@@ -149,6 +150,12 @@ int main(int argc, char **argv) {
             double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
             printf("%s: decode from L3, 1 thread: %.1f GB/s of thread CPU time\n", fmts[f].name,
                    2000.0 * (double)wbytes / cpu * 1e-9);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+            for (int k = 0; k < 20; k++) call(tps[0], y, x, &ws[0], PREFILL_TOK, work);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+            cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
+            printf("%s: prefill-%d from L3, 1 thread: %.1f GFLOP/s of thread CPU time\n", fmts[f].name, PREFILL_TOK,
+                   20.0 * 2.0 * PREFILL_TOK * N_IN * N_OUT / cpu * 1e-9);
             free(work);
             free(ws);
             free(mem);

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Activations of the 32-element types are struct qx8 (qmatmul_avx2.h): x ~ d * qs;
@@ -590,8 +591,8 @@ static int is_float_plain(const struct gb_weight *w) {
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     if (n_tok <= 0) return 0;
-    if (w->kind == GB_WEIGHT_MLX) /* room for either activation layout (qx128 is the larger) */
-        return (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
+    if (w->kind == GB_WEIGHT_MLX) /* room for either activation layout (qx128 is the larger), aligned */
+        return 64 + (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
                                 (size_t)(w->n_in / w->group_size) * sizeof(float));
     if (is_float_plain(w)) return 0;
     return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
@@ -613,7 +614,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
                  qmatmul_has_avx512();
         j.permuted = j.fast && w->bits == 4;
-        j.xq = work;
+        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
         j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
         j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     } else {
