@@ -13,7 +13,8 @@
  * With "fast": the fast kernels only (VNNI and AVX2).
  * With "l3": only 2000 decode calls and 20 prefill calls on one matrix with the fast
  * kernels and 1 thread, timed by thread CPU time (unaffected by time slicing on a busy
- * machine; still by a busy SMT sibling), also for `perf stat`. */
+ * machine; still by a busy SMT sibling), also for `perf stat`. "l3-no512": the same
+ * with the AVX-512 kernels switched off (VNNI or AVX2 ones), for A/B ratios. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
@@ -142,7 +143,8 @@ int main(int argc, char **argv) {
         size_t wbytes = weight_nbytes(&ws[0]);
         size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK);
         void *work = malloc(wsz + 64);
-        if (argc > 3 && strcmp(argv[3], "l3") == 0) {
+        if (argc > 3 && (strcmp(argv[3], "l3") == 0 || strcmp(argv[3], "l3-no512") == 0)) {
+            qmatmul_disable_avx512(strcmp(argv[3], "l3-no512") == 0); /* A/B: the VNNI or AVX2 kernels */
             struct timespec c0, c1;
             clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
             for (int k = 0; k < 2000; k++) call(tps[0], y, x, &ws[0], 1, work);

@@ -72,8 +72,11 @@ void qmatmul_disable_avx512(int on) { atomic_store_explicit(&avx512_off, on ? 1 
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
 typedef void (*qdot_fn)(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+/* The same for nr <= 4 consecutive rows (rb bytes apart; row r's values at y[u * ldy + r]). */
+typedef void (*qrows_fn)(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                         size_t ldy);
 
-enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K };
+enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K, ACT_X64 /* struct qx64, the AVX-512 Q8_0 kernel */ };
 
 /* ---- activation quantization ---------------------------------------------------- */
 
@@ -366,23 +369,25 @@ QDOTK(q6_K, GB_TYPE_Q6_K, block_q6_K)
 /* ---- GGML type table ----------------------------------------------------------------- */
 
 struct qkernel {
-    enum act_kind act;
+    enum act_kind act;     /* activations of the scalar kernel (and of fast, unless fast_act) */
     qdot_fn generic, fast; /* fast: NULL where only the scalar kernel exists */
+    enum act_kind fast_act;
+    qrows_fn fast_rows;    /* replaces fast where set: 4 rows per call */
 };
 
 static struct qkernel qkernel_of(enum gb_type t) {
-    struct qkernel k = {ACT_NONE, NULL, NULL};
+    struct qkernel k = {ACT_NONE, NULL, NULL, ACT_NONE, NULL};
     switch (t) {
-    case GB_TYPE_Q8_0: k = (struct qkernel){ACT_X8, qdot_q8_0_generic, NULL}; break;
-    case GB_TYPE_Q4_0: k = (struct qkernel){ACT_X8, qdot_q4_0_generic, NULL}; break;
-    case GB_TYPE_Q4_1: k = (struct qkernel){ACT_X8, qdot_q4_1_generic, NULL}; break;
-    case GB_TYPE_Q5_0: k = (struct qkernel){ACT_X8, qdot_q5_0_generic, NULL}; break;
-    case GB_TYPE_Q5_1: k = (struct qkernel){ACT_X8, qdot_q5_1_generic, NULL}; break;
-    case GB_TYPE_Q2_K: k = (struct qkernel){ACT_Q8K, qdot_q2_K_generic, NULL}; break;
-    case GB_TYPE_Q3_K: k = (struct qkernel){ACT_Q8K, qdot_q3_K_generic, NULL}; break;
-    case GB_TYPE_Q4_K: k = (struct qkernel){ACT_Q8K, qdot_q4_K_generic, NULL}; break;
-    case GB_TYPE_Q5_K: k = (struct qkernel){ACT_Q8K, qdot_q5_K_generic, NULL}; break;
-    case GB_TYPE_Q6_K: k = (struct qkernel){ACT_Q8K, qdot_q6_K_generic, NULL}; break;
+    case GB_TYPE_Q8_0: k = (struct qkernel){ACT_X8, qdot_q8_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_0: k = (struct qkernel){ACT_X8, qdot_q4_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_1: k = (struct qkernel){ACT_X8, qdot_q4_1_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_0: k = (struct qkernel){ACT_X8, qdot_q5_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_1: k = (struct qkernel){ACT_X8, qdot_q5_1_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q2_K: k = (struct qkernel){ACT_Q8K, qdot_q2_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q3_K: k = (struct qkernel){ACT_Q8K, qdot_q3_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_K: k = (struct qkernel){ACT_Q8K, qdot_q4_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_K: k = (struct qkernel){ACT_Q8K, qdot_q5_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q6_K: k = (struct qkernel){ACT_Q8K, qdot_q6_K_generic, NULL, ACT_NONE, NULL}; break;
     default: break;
     }
 #ifdef GERBIL_HAVE_X86
@@ -403,7 +408,12 @@ static struct qkernel qkernel_of(enum gb_type t) {
         default: break;
         }
     }
+    if (qmatmul_has_avx512() && t == GB_TYPE_Q8_0) {
+        k.fast_rows = qrows_q8_0_avx512;
+        k.fast_act = ACT_X64;
+    }
 #endif
+    if (k.fast_act == ACT_NONE) k.fast_act = k.act;
     return k;
 }
 
@@ -411,6 +421,7 @@ static size_t act_row_bytes(enum act_kind a, int64_t n_in) {
     switch (a) {
     case ACT_X8: return (size_t)(n_in / 32) * sizeof(struct qx8);
     case ACT_Q8K: return (size_t)(n_in / QK_K) * sizeof(block_q8_K);
+    case ACT_X64: return (size_t)((n_in / 32 + 1) / 2) * sizeof(struct qx64);
     default: return 0;
     }
 }
@@ -475,6 +486,7 @@ struct qjob {
     /* GGML */
     enum act_kind act;
     qdot_fn fn;
+    qrows_fn rows_fn; /* instead of fn where set */
     const char *xq;
     size_t xs;
     /* MLX: x quantized in xq (qx16, permuted for the AVX2 4-bit kernel) and */
@@ -508,6 +520,10 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
                 for (int b = g * gs / 32; b < (g + 1) * gs / 32; b++) s += qt[b].s;
                 gt[g] = s;
             }
+#ifdef GERBIL_HAVE_X86
+        } else if (j->act == ACT_X64) {
+            q8_quant_x_avx512(xt, n, (struct qx64 *)(j->xq + (size_t)t * j->xs));
+#endif
         } else if (j->act == ACT_X8) {
             quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);
         } else {
@@ -568,12 +584,17 @@ static void row_worker(void *ctx, int ith, int nth) {
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
             int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
-            int rstep = j->x512 ? 4 : 1; /* rows per MLX kernel call */
+            int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */
             for (int o = (int)o_lo; o < o_hi; o += rstep) {
                 for (int u = t0; u < t1; u += MAX_NT) {
                     int nt = t1 - u < MAX_NT ? t1 - u : MAX_NT;
+                    int nr = o_hi - o < rstep ? o_hi - o : rstep;
                     if (w->kind == GB_WEIGHT_MLX) {
-                        mlx_rows(j, o, o_hi - o < rstep ? o_hi - o : rstep, u, nt);
+                        mlx_rows(j, o, nr, u, nt);
+                    } else if (j->rows_fn) {
+                        j->rows_fn(n_in, nr, (const char *)w->data + (size_t)o * w->row_bytes, w->row_bytes,
+                                   j->xq + (size_t)u * j->xs, j->xs, nt, j->y + (size_t)u * (size_t)n_out + o,
+                                   (size_t)n_out);
                     } else {
                         j->fn(n_in, (const char *)w->data + (size_t)o * w->row_bytes, j->xq + (size_t)u * j->xs,
                               j->xs, nt, j->y + (size_t)u * (size_t)n_out + o, (size_t)n_out);
@@ -595,7 +616,9 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
         return 64 + (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
                                 (size_t)(w->n_in / w->group_size) * sizeof(float));
     if (is_float_plain(w)) return 0;
-    return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
+    struct qkernel k = qkernel_of(w->type);
+    size_t a = act_row_bytes(k.act, w->n_in), b = act_row_bytes(k.fast_act, w->n_in);
+    return 64 + (size_t)n_tok * (a > b ? a : b); /* either kernel's activations, 64-byte aligned */
 }
 
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
@@ -624,10 +647,12 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
             return;
         }
         GB_ASSERT(w->n_in % type_traits(w->type)->block_size == 0);
-        j.act = k.act;
-        j.fn = j.fast && k.fast ? k.fast : k.generic;
-        j.xq = work;
-        j.xs = act_row_bytes(k.act, w->n_in);
+        int use_fast = j.fast && (k.fast || k.fast_rows);
+        j.act = use_fast ? k.fast_act : k.act;
+        j.fn = use_fast && k.fast ? k.fast : k.generic;
+        j.rows_fn = use_fast ? k.fast_rows : NULL;
+        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+        j.xs = act_row_bytes(j.act, w->n_in);
     }
     if (w->n_in == 0) {
         for (size_t i = 0; i < (size_t)n_tok * (size_t)w->n_out; i++) y[i] = 0.0f;
@@ -643,7 +668,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     } else {
         long n_chunks = (long)nth * CHUNKS_PER_THREAD;
         j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
-        if (j.x512) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
+        if (j.x512 || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
 }

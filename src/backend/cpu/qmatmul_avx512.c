@@ -28,7 +28,7 @@
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* Most rows and tokens per tile: 4 x 2 keeps the 8 accumulators, 4 rows' unpacked
  * codes and scales in the 32 zmm registers (4 x 4 spilled; 2 x 4, 3 x 3 and 2 x 2 ran
@@ -204,4 +204,116 @@ void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, cons
                     size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
                     float *y, size_t ldy) {
     mlxdot(8, n, gs, nr, codes, rb, sc, bi, sbr, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+/* ---- Q8_0 ----------------------------------------------------------------------------------
+ * x quantized as for the other 32-element types (struct qx8: d = max|x| / 127, q in
+ * [-127, 127]) and stored per pair of blocks (struct qx64). vpdpbusd wants one unsigned
+ * operand: the weight bytes become w + 128 (one xor per weight chunk, shared by all
+ * tokens), and the extra 128 sum(x) of each int32 lane is taken off by starting the sum
+ * at negc = -128 (sum of the lane's 4 x). Lanes 0..7 are block 2c, 8..15 block 2c + 1,
+ * so one convert, one multiply by the lanes' x steps and one FMA by the lanes' weight
+ * steps finish a chunk of 64; an odd last block leaves lanes 8..15 zero. */
+
+void q8_quant_x_avx512(const float *x, int n, struct qx64 *out) {
+    int nb = n / 32;
+    for (int c = 0; c < (nb + 1) / 2; c++) {
+        struct qx64 *o = out + c;
+        __m128i q8[4];
+        float d[2] = {0.0f, 0.0f};
+        for (int h = 0; h < 2; h++) {
+            if (2 * c + h >= nb) {
+                q8[2 * h] = q8[2 * h + 1] = _mm_setzero_si128();
+                continue;
+            }
+            const float *xb = x + 32 * (2 * c + h);
+            __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            d[h] = amax / 127.0f;
+            q8[2 * h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
+            q8[2 * h + 1] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
+        }
+        __m512i q = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(q8[1], q8[0])), _mm256_set_m128i(q8[3], q8[2]), 1);
+        _mm512_storeu_si512(o->qs, q);
+        /* -128 * (sum of each lane's 4 bytes): vpdpbusd of 0x80 bytes (128 unsigned) with q,
+         * negated */
+        __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q);
+        _mm512_storeu_si512(o->negc, _mm512_sub_epi32(_mm512_setzero_si512(), s4));
+        for (int m = 0; m < 16; m++) o->dv[m] = d[m / 8];
+    }
+}
+
+AI __m512i q8_w(const uint8_t *b, int full) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 2));
+    __m256i hi = full ? _mm256_loadu_si256((const __m256i *)(b + 36)) : _mm256_setzero_si256();
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+}
+
+AI __m512 q8_dw(const uint8_t *b, int full, __m512i idx) {
+    uint16_t ha, hb = 0;
+    memcpy(&ha, b, 2);
+    if (full) memcpy(&hb, b + 34, 2);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hb << 16)));
+    return _mm512_permutexvar_ps(idx, _mm512_zextps128_ps512(f));
+}
+
+#ifndef Q8_MT
+#define Q8_MT 4
+#endif
+/* rows x tokens per tile: each x load serves 4 rows (x is 3 bytes per element here, so
+ * one row per pass ran at half the speed, bound by L2); 4 x 4 ran ~10% above 4 x 3 */
+enum { Q8R = 4, Q8T = Q8_MT };
+
+AI void q8_tile(int n, int R, int T, const uint8_t *row, size_t rb, const char *xq, size_t xs, float *y, size_t ldy) {
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc[Q8R][Q8T];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    int nb = n / 32;
+    for (int c = 0; 2 * c < nb; c++) {
+        int full = 2 * c + 2 <= nb;
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *b = row + (size_t)r * rb + (size_t)c * 68;
+            __m512i w = q8_w(b, full);
+            __m512 dw = q8_dw(b, full, idx);
+            UNROLL for (int t = 0; t < T; t++) {
+                const struct qx64 *xb = (const struct qx64 *)(xq + (size_t)t * xs) + c;
+                __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb->negc), w, _mm512_loadu_si512(xb->qs));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv)), dw, acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ldy + r] =
+        _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define Q8TILE(R, T) q8_tile(n, R, T, rows, rb, xu, xs, yu, ldy)
+#if Q8_MT >= 4
+#define Q8CASE4(R) case 4: Q8TILE(R, 4); break;
+#else
+#define Q8CASE4(R)
+#endif
+#define Q8TILE_T(R)              \
+    switch (T) {                 \
+    Q8CASE4(R)                   \
+    case 3: Q8TILE(R, 3); break; \
+    case 2: Q8TILE(R, 2); break; \
+    default: Q8TILE(R, 1); break; \
+    }
+
+void qrows_q8_0_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += Q8T) {
+        int T = nt - u0 < Q8T ? nt - u0 : Q8T;
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        float *yu = y + (size_t)u0 * ldy;
+        const uint8_t *rows = row0;
+        switch (nr) {
+        case 4: Q8TILE_T(4) break;
+        case 3: Q8TILE_T(3) break;
+        case 2: Q8TILE_T(2) break;
+        default: Q8TILE_T(1) break;
+        }
+    }
 }

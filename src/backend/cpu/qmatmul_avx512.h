@@ -44,4 +44,19 @@ void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, cons
                     size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
                     float *y, size_t ldy);
 
+/* Q8_0 rows against x quantized to 8-bit blocks of 32 (d = max|x| / 127, as struct
+ * qx8), two blocks per struct qx64: qs the codes, negc[m] = -128 * (sum of qs[4m..4m+3]),
+ * dv[m] the step of block m / 8 (0 past an odd last block). */
+struct qx64 {
+    int8_t qs[64];
+    int32_t negc[16];
+    float dv[16];
+};
+void q8_quant_x_avx512(const float *x, int n, struct qx64 *out);
+/* nr (1..4) Q8_0 rows rb bytes apart (row r: y[u * ldy + r]) against nt tokens of x,
+ * xs bytes apart; each (row, token) value computed by the same operations whatever nr
+ * and nt are. */
+void qrows_q8_0_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy);
+
 #endif
