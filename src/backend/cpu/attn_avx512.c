@@ -18,6 +18,22 @@
 
 enum { KB = 64 }; /* keys per block */
 
+/* exp(x) for x <= 0 (and finite): 2^(x log2 e) = 2^n 2^f, |f| <= 1/2, 2^f by its
+ * degree-6 Taylor series (relative error ~1e-7), 2^n by vscalefps (0 below ~-104). */
+static inline __m512 exp_neg(__m512 x) {
+    __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.5403530e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
 static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
@@ -75,13 +91,17 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
                 __m512 cv = _mm512_set1_ps(corr);
                 for (int c = 0; c < nc; c++) _mm512_storeu_ps(o[i] + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(o[i] + 16 * c), cv));
             }
-            float s = 0.0f;
-            for (int j = 0; j < je - jb; j++) {
-                float p = sc[i][j] == -INFINITY ? 0.0f : expf(sc[i][j] - mn);
-                sc[i][j] = p;
-                s += p;
+            __m512 sv = _mm512_setzero_ps(), mv = _mm512_set1_ps(mn);
+            for (int j = 0; j < je - jb; j += 16) {
+                __mmask16 in = je - jb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (je - jb - j)) - 1u);
+                __m512 x = _mm512_maskz_loadu_ps(in, sc[i] + j);
+                /* -inf scores (keys outside the range) and lanes past the block get 0 */
+                __mmask16 ok = in & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+                __m512 p = _mm512_maskz_mov_ps(ok, exp_neg(_mm512_sub_ps(x, mv)));
+                _mm512_mask_storeu_ps(sc[i] + j, in, p);
+                sv = _mm512_add_ps(sv, p);
             }
-            l[i] += s;
+            l[i] += _mm512_reduce_add_ps(sv);
             m[i] = mn;
         }
         /* out += p v: 16 dims of 8 queries in registers, each value row converted once */
