@@ -178,7 +178,9 @@ int main(int argc, char **argv) {
                 measure(tps[t], ws, n_w, PREFILL_TOK, y, x, work, scalar ? budget / 4 : budget, &bp, &mp);
                 double flops = 2.0 * PREFILL_TOK * N_IN * N_OUT;
                 printf("%-5s %-6s %3d  %7.1f / %-7.1f  %7.1f / %-7.1f   %7.1f / %-7.1f\n", fmts[f].name,
-                       scalar ? "scalar" : kern == 0 ? (fmts[f].mlx_bits ? "avx512" : "vnni") : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
+                       scalar ? "scalar"
+                       : kern == 0 ? (qmatmul_has_avx512() && (fmts[f].mlx_bits || fmts[f].type == GB_TYPE_Q8_0) ? "avx512" : "vnni")
+                                   : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
                        wbytes / m1 * 1e-9, flops / bp * 1e-9, flops / mp * 1e-9);
                 fflush(stdout);
             }

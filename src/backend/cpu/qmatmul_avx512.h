@@ -1,5 +1,6 @@
-/* AVX-512 kernels for MLX affine 4- and 8-bit weights (qmatmul_avx512.c, compiled with
- * -mavx512f/bw/vl/vnni; qmatmul.c calls it only when qmatmul_has_avx512()).
+/* AVX-512 (512-bit) kernels for MLX affine 4- and 8-bit weights and for Q8_0
+ * (qmatmul_avx512.c, compiled with -mavx512f/bw/vl/vnni; qmatmul.c calls them only when
+ * qmatmul_has_avx512()).
  *
  * Activations: x quantized to 16 bits per block of 32 elements (x ~ d_b q, the same
  * numbers as qmatmul.c's struct qx16), stored per chunk of 128 elements in the order
@@ -24,9 +25,11 @@ struct qx128 {
     float dv[32];
 };
 
-/* 1 when the CPU has AVX-512 F/BW/VL/VNNI (and AVX2) and qmatmul_disable_avx512 is off. */
+/* 1 when the CPU has AVX-512 F/BW/VL/VNNI (and AVX2) and qmatmul_disable_avx512 is off
+ * (also the check for attn_avx512.c). */
 int qmatmul_has_avx512(void);
-/* on != 0: use the AVX2 MLX kernels even where AVX-512 is there (tests, benchmarks). */
+/* on != 0: use the AVX2/VNNI kernels and attention even where AVX-512 is there (tests,
+ * benchmarks). */
 void qmatmul_disable_avx512(int on);
 
 /* x (n elements, n % 128 == 0) to n / 128 chunks for `bits` (4 or 8); gsum[g] = sum
