@@ -36,6 +36,28 @@ static inline __m512 exp_neg(__m512 x) {
 
 static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
+/* o[i] += sum_j sc[i][j - jb] v_j for the nq queries, QB at a time (rows past nq have
+ * weights 0 and write nowhere); per query the same FMAs in the same order for any QB. */
+static inline __attribute__((always_inline)) void pv_block(int QB, int nq, float *const *o, float (*sc)[KB],
+                                                           const uint16_t *vb, int kv_width, int jb, int je, int nc,
+                                                           const float *dummy) {
+    for (int i0 = 0; i0 < nq; i0 += QB) {
+        for (int c = 0; c < nc; c++) {
+            __m512 acc[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < QB; k++) acc[k] = _mm512_loadu_ps(i0 + k < nq ? o[i0 + k] + 16 * c : dummy);
+            for (int j = jb; j < je; j++) {
+                __m512 v = load_h16(vb + (size_t)j * kv_width + 16 * c);
+#pragma GCC unroll 8
+                for (int k = 0; k < QB; k++) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(sc[i0 + k][j - jb]), v, acc[k]);
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < QB; k++)
+                if (i0 + k < nq) _mm512_storeu_ps(o[i0 + k] + 16 * c, acc[k]);
+        }
+    }
+}
+
 void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     const int group = a->n_head / a->n_head_kv, hd = a->head_dim, nc = hd / 16;
     const int kv_width = a->n_head_kv * hd, nq = nt * group;
@@ -104,22 +126,11 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             l[i] += _mm512_reduce_add_ps(sv);
             m[i] = mn;
         }
-        /* out += p v: 16 dims of 8 queries in registers, each value row converted once */
-        for (int i0 = 0; i0 < nq8; i0 += 8) {
-            for (int c = 0; c < nc; c++) {
-                __m512 acc[8];
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) acc[k] = _mm512_loadu_ps(i0 + k < nq ? o[i0 + k] + 16 * c : dummy);
-                for (int j = jb; j < je; j++) {
-                    __m512 v = load_h16(vc + (size_t)j * kv_width + (size_t)kvh * hd + 16 * c);
-#pragma GCC unroll 8
-                    for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(sc[i0 + k][j - jb]), v, acc[k]);
-                }
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++)
-                    if (i0 + k < nq) _mm512_storeu_ps(o[i0 + k] + 16 * c, acc[k]);
-            }
-        }
+        /* out += p v: 16 dims of QB queries in registers, each value row converted once */
+        const uint16_t *vb = vc + (size_t)kvh * hd;
+        if (nq <= 2) pv_block(2, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
+        else if (nq <= 4) pv_block(4, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
+        else pv_block(8, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
     }
     for (int i = 0; i < nq; i++) {
         __m512 inv = _mm512_set1_ps(1.0f / l[i]);
