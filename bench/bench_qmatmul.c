@@ -5,14 +5,18 @@
  *           from DRAM;
  *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add), same walk.
  * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), the VNNI
- * (where the CPU has AVX512-VNNI; GGML types), AVX2 and scalar kernels, 1 and 2 threads.
+ * (where the CPU has AVX512-VNNI; GGML types) or AVX-512 (MLX), AVX2 and scalar kernels,
+ * 1 and 2 threads.
  * Reports the fastest call and the median: on a shared machine other load only ever
  * slows a call down.
  * Usage: bench_qmatmul [seconds per measurement, default 0.5] [format filter] [l3|fast]
  * With "fast": the fast kernels only (VNNI and AVX2).
- * With "l3": only 2000 decode calls on one matrix with the fast kernels and 1 thread,
- * for `perf stat` (cycles per byte, unaffected by time slicing on a busy machine). */
+ * With "l3": only 2000 decode calls and 20 prefill calls on one matrix with the fast
+ * kernels and 1 thread, timed by thread CPU time (unaffected by time slicing on a busy
+ * machine; still by a busy SMT sibling), also for `perf stat`. "l3-no512": the same
+ * with the AVX-512 kernels switched off (VNNI or AVX2 ones), for A/B ratios. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
 #include "base/fp16.h"
 #include "base/timer.h"
@@ -60,7 +64,7 @@ static struct gb_weight *make_set(const struct fmt *f, int *n_w_out, void **mem_
     proto.row_bytes = rb;
     size_t mat_bytes = rb * N_OUT + 2 * sb_bytes;
     int n_w = (int)((BIG_BYTES + mat_bytes - 1) / mat_bytes);
-    char *mem = malloc(mat_bytes * (size_t)n_w);
+    char *mem = aligned_alloc(64, (mat_bytes * (size_t)n_w + 63) / 64 * 64);
     struct gb_weight *ws = malloc(sizeof *ws * (size_t)n_w);
     /* one matrix made properly, then copied */
     float *src = malloc(sizeof(float) * N_IN);
@@ -127,8 +131,8 @@ int main(int argc, char **argv) {
     threadpool_t *tps[2] = {tp_create(1), tp_create(2)};
     float *x = malloc(sizeof(float) * N_IN * PREFILL_TOK), *y = malloc(sizeof(float) * N_OUT * PREFILL_TOK);
     for (int i = 0; i < N_IN * PREFILL_TOK; i++) x[i] = frand();
-    printf("matmul_w %d x %d, AVX2: %s, AVX512-VNNI: %s\n", N_OUT, N_IN, cpu_has_avx2() ? "yes" : "no",
-           qmatmul_has_vnni() ? "yes" : "no");
+    printf("matmul_w %d x %d, AVX2: %s, AVX512-VNNI: %s, AVX-512 MLX: %s\n", N_OUT, N_IN,
+           cpu_has_avx2() ? "yes" : "no", qmatmul_has_vnni() ? "yes" : "no", qmatmul_has_avx512() ? "yes" : "no");
     printf("%-5s %-6s %3s  %-17s  %-17s   %s\n", "fmt", "kernel", "thr", "decode GB/s, L3", "decode GB/s, DRAM",
            "prefill-128 GFLOP/s (each: best / median)");
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
@@ -139,7 +143,8 @@ int main(int argc, char **argv) {
         size_t wbytes = weight_nbytes(&ws[0]);
         size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK);
         void *work = malloc(wsz + 64);
-        if (argc > 3 && strcmp(argv[3], "l3") == 0) {
+        if (argc > 3 && (strcmp(argv[3], "l3") == 0 || strcmp(argv[3], "l3-no512") == 0)) {
+            qmatmul_disable_avx512(strcmp(argv[3], "l3-no512") == 0); /* A/B: the VNNI or AVX2 kernels */
             struct timespec c0, c1;
             clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
             for (int k = 0; k < 2000; k++) call(tps[0], y, x, &ws[0], 1, work);
@@ -147,17 +152,24 @@ int main(int argc, char **argv) {
             double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
             printf("%s: decode from L3, 1 thread: %.1f GB/s of thread CPU time\n", fmts[f].name,
                    2000.0 * (double)wbytes / cpu * 1e-9);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+            for (int k = 0; k < 20; k++) call(tps[0], y, x, &ws[0], PREFILL_TOK, work);
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+            cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
+            printf("%s: prefill-%d from L3, 1 thread: %.1f GFLOP/s of thread CPU time\n", fmts[f].name, PREFILL_TOK,
+                   20.0 * 2.0 * PREFILL_TOK * N_IN * N_OUT / cpu * 1e-9);
             free(work);
             free(ws);
             free(mem);
             continue;
         }
         int only_fast = argc > 3 && strcmp(argv[3], "fast") == 0;
-        /* kernels: 0 VNNI (where the CPU and the format have one), 1 AVX2, 2 scalar */
+        /* kernels: 0 VNNI / AVX-512 (where the CPU and the format have one), 1 AVX2, 2 scalar */
         for (int kern = 0; kern < 3 - only_fast; kern++) {
-            if (kern == 0 && (fmts[f].mlx_bits || !qmatmul_has_vnni())) continue;
+            if (kern == 0 && !(fmts[f].mlx_bits ? qmatmul_has_avx512() : qmatmul_has_vnni())) continue;
             int scalar = kern == 2;
             qmatmul_disable_vnni(kern != 0);
+            qmatmul_disable_avx512(kern != 0);
             cpu_force_ref(scalar);
             for (int t = 0; t < 2; t++) {
                 double b1, m1, bp, mp, bc, mc;
@@ -166,13 +178,16 @@ int main(int argc, char **argv) {
                 measure(tps[t], ws, n_w, PREFILL_TOK, y, x, work, scalar ? budget / 4 : budget, &bp, &mp);
                 double flops = 2.0 * PREFILL_TOK * N_IN * N_OUT;
                 printf("%-5s %-6s %3d  %7.1f / %-7.1f  %7.1f / %-7.1f   %7.1f / %-7.1f\n", fmts[f].name,
-                       scalar ? "scalar" : kern == 0 ? "vnni" : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
+                       scalar ? "scalar"
+                       : kern == 0 ? (qmatmul_has_avx512() && (fmts[f].mlx_bits || fmts[f].type == GB_TYPE_Q8_0) ? "avx512" : "vnni")
+                                   : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
                        wbytes / m1 * 1e-9, flops / bp * 1e-9, flops / mp * 1e-9);
                 fflush(stdout);
             }
         }
         cpu_force_ref(0);
         qmatmul_disable_vnni(0);
+        qmatmul_disable_avx512(0);
         free(work);
         free(ws);
         free(mem);

@@ -4,6 +4,7 @@
  * reaches the edge of the allocation (caught under the sanitizers); outputs are
  * poisoned with NaN first, so an element the kernel skips cannot pass. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/qmatmul_avx512.h"
 #include "backend/ops.h"
 #include "base/fp16.h"
 #include "test.h"
@@ -213,6 +214,74 @@ static void check_activation_ops(threadpool_t *const pools[3]) {
     free(g); free(u);
 }
 
+/* op_attention over an f16 cache against a two-pass softmax in double: random q, k, v,
+ * n_tok queries at pos0.. (keys across 64-position blocks), GQA, with and without a
+ * window; bit-identical for pools of 1..3 threads and for the batch fed one token at a
+ * time (decode). On AVX-512 machines this is the attn_avx512.c path, else the scalar/AVX2
+ * one. */
+static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_head, int n_head_kv, int hd,
+                            int window) {
+    int n_ctx = pos0 + n_tok, kvw = n_head_kv * hd, qw = n_head * hd, group = n_head / n_head_kv;
+    uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvw), *vc = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvw);
+    for (int i = 0; i < n_ctx * kvw; i++) {
+        kc[i] = f32_to_f16(test_rand_f(&rng));
+        vc[i] = f32_to_f16(test_rand_f(&rng));
+    }
+    float *q = malloc(sizeof(float) * (size_t)n_tok * qw), *scratch = malloc(sizeof(float) * 3 * (size_t)n_ctx);
+    for (int i = 0; i < n_tok * qw; i++) q[i] = 3.0f * test_rand_f(&rng);
+    float *out[4];
+    for (int p = 0; p < 4; p++) out[p] = poisoned((size_t)n_tok * qw);
+    struct attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .kv_type = GB_TYPE_F16, .n_tok = n_tok, .pos0 = pos0,
+                          .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = window,
+                          .scale = 1.0f / sqrtf((float)hd), .scratch = scratch, .scratch_stride = n_ctx};
+    for (int p = 0; p < 3; p++) {
+        struct backend be = {.tp = pools[p]};
+        a.out = out[p];
+        op_attention(&be, &a);
+    }
+    struct backend be1 = {.tp = pools[1]};
+    for (int t = 0; t < n_tok; t++) { /* decode: one token per call */
+        struct attn_args d = a;
+        d.q = q + (size_t)t * qw;
+        d.out = out[3] + (size_t)t * qw;
+        d.n_tok = 1;
+        d.pos0 = pos0 + t;
+        op_attention(&be1, &d);
+    }
+    int bad = 0;
+    double *sc = malloc(sizeof(double) * (size_t)n_ctx);
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            int pos = pos0 + t, j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, kvh = h / group;
+            const float *qv = q + (size_t)t * qw + (size_t)h * hd;
+            double mx = -1e300, sum = 0.0;
+            for (int j = j0; j <= pos; j++) {
+                double s = 0.0;
+                for (int d = 0; d < hd; d++) s += (double)qv[d] * f16_to_f32(kc[(size_t)j * kvw + (size_t)kvh * hd + d]);
+                sc[j] = s * (double)a.scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = j0; j <= pos; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+            for (int d = 0; d < hd; d++) {
+                double o = 0.0;
+                for (int j = j0; j <= pos; j++) o += sc[j] / sum * f16_to_f32(vc[(size_t)j * kvw + (size_t)kvh * hd + d]);
+                float got = out[0][(size_t)t * qw + (size_t)h * hd + d];
+                if (!(fabs(got - o) <= 2e-5)) {
+                    if (bad++ < 3) fprintf(stderr, "attention t %d h %d d %d: %g, ref %g\n", t, h, d, got, o);
+                }
+            }
+        }
+    size_t ny = sizeof(float) * (size_t)n_tok * qw;
+    CHECKF(!bad, "attention n_tok %d pos0 %d heads %d/%d hd %d window %d: %d outputs off", n_tok, pos0, n_head,
+           n_head_kv, hd, window, bad);
+    CHECKF(memcmp(out[0], out[1], ny) == 0 && memcmp(out[0], out[2], ny) == 0,
+           "attention n_tok %d hd %d window %d: results depend on the thread count", n_tok, hd, window);
+    CHECKF(memcmp(out[0], out[3], ny) == 0, "attention n_tok %d hd %d window %d: batch and one-by-one differ", n_tok,
+           hd, window);
+    for (int p = 0; p < 4; p++) free(out[p]);
+    free(kc); free(vc); free(q); free(scratch); free(sc);
+}
+
 int main(int argc, char **argv) {
     unsigned long long seed = argc > 1 ? strtoull(argv[1], NULL, 0)
                                        : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
@@ -245,6 +314,15 @@ int main(int argc, char **argv) {
     for (int ti = 0; ti < COUNT(WTYPES); ti++)
         for (int c = 0; c < COUNT(N_TOK); c++)
             check_thread_invariance(pools, WTYPES[ti], N_TOK[c], 257, 67);
+
+    printf("attention: %s\n", qmatmul_has_avx512() ? "AVX-512 f16 path (attn_avx512.c)"
+                                                    : "AVX-512 path SKIPPED (CPU lacks it); scalar/AVX2 path");
+    check_attention(pools, 1, 0, 2, 1, 16, 0);
+    check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */
+    check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */
+    check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: 2 tokens per item, 6 queries */
+    check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: one token per item */
+    check_attention(pools, 3, 3, 8, 8, 32, 2);
 
     /* The forced reference path through matmul is matmul_ref, threaded. */
     cpu_force_ref(1);

@@ -5,7 +5,12 @@
  * The fast kernels and the scalar ones (cpu_force_ref) must each be within the
  * format's error bound of the oracle, and pools of 1, 2 and 3 threads must agree bit
  * for bit. Where the CPU has AVX512-VNNI, the fast run uses those kernels and the AVX2
- * ones (qmatmul_disable_vnni) must give the same bits.
+ * ones (qmatmul_disable_vnni) must give the same bits. Where it has AVX-512 F/BW/VL/VNNI,
+ * MLX 4/8-bit rows with n_in % 128 == 0 and Q8_0 rows go to the 512-bit kernels
+ * (qmatmul_avx512.c): those and, with qmatmul_disable_avx512, the VNNI/AVX2 kernels must
+ * each be within the bound (they sum in different orders, so their bits differ). The
+ * fast kernels must also give each token the same bits whether it comes alone or with
+ * others (the tiles only share weight loads).
  *
  * Error bounds, per output y = sum_i w_i x_i:
  *  - GGML types quantize x to 8 bits per block (32 elements, or 256 for the
@@ -22,6 +27,7 @@
 #include "test.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
 #include "base/fp16.h"
 #include "base/threadpool.h"
@@ -94,6 +100,25 @@ static int run_check(const struct gb_weight *w, const float *x, int n_tok, const
     return bad;
 }
 
+/* Fast kernels: token t of an n_tok call has the bits of a call on token t alone. */
+static void check_tok_split(const struct gb_weight *w, const float *x, int n_tok, const char *what) {
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    size_t ws = matmul_w_work_size(w, n_tok);
+    void *work = ws ? malloc(ws) : NULL;
+    float *y = poisoned((size_t)n_tok * n_out), *y1 = poisoned((size_t)n_out);
+    matmul_w(pools[0], y, x, w, n_tok, work);
+    int same = 1;
+    for (int t = 0; t < n_tok; t++) {
+        matmul_w(pools[0], y1, x + (size_t)t * n_in, w, 1, work);
+        same &= memcmp(y1, y + (size_t)t * n_out, sizeof(float) * (size_t)n_out) == 0;
+    }
+    CHECKF(same, "%s n_in %d n_out %d n_tok %d: a token's result depends on the tokens beside it", what, n_in,
+           n_out, n_tok);
+    free(y);
+    free(y1);
+    free(work);
+}
+
 /* amag: [n_out][n_in] the weight magnitudes multiplying the activation error (|w| for
  * GGML types); mag: [n_out][n_in] |w| plus the format's cancelling terms (see the
  * header); act_block: x quantization block. */
@@ -129,6 +154,12 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
         int pools3 = n_out == 67 && n_tok == 7;
         run_check(w, x, n_tok, yref, tol, 0, pools3, what);
         run_check(w, x, n_tok, yref, tol, 1, pools3, what);
+        if (n_tok == 7 || n_tok == 16) check_tok_split(w, x, n_tok, what);
+        if ((w->kind == GB_WEIGHT_MLX || w->type == GB_TYPE_Q8_0) && qmatmul_has_avx512()) { /* the others too */
+            qmatmul_disable_avx512(1);
+            run_check(w, x, n_tok, yref, tol, 0, pools3, what);
+            qmatmul_disable_avx512(0);
+        }
         free(x);
         free(yref);
         free(tol);
@@ -180,11 +211,11 @@ static void test_ggml(enum gb_type t, unsigned long long *seed) {
 
 static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *seed) {
     static const int outs[] = {1, 5, 33, 67};
-    int ins[] = {gs, 384};
+    int ins[] = {gs, 384, 640}; /* 384, 640: 3 and 5 chunks of 128 (AVX-512 kernels), 12..20 groups */
     char what[64];
     snprintf(what, sizeof what, "mlx%d gs%d %s", bits, gs, type_name(sbt));
     size_t esz = type_traits(sbt)->type_size;
-    for (int a = 0; a < 2; a++) {
+    for (int a = 0; a < 3; a++) {
         for (size_t b = 0; b < sizeof outs / sizeof outs[0]; b++) {
             int n_in = ins[a], n_out = outs[b], ng = n_in / gs;
             size_t rb = (size_t)n_in * bits / 8;
@@ -244,6 +275,11 @@ int main(void) {
     }
     printf("AVX2 kernels: %s, AVX512-VNNI kernels: %s\n", cpu_has_avx2() ? "yes" : "no",
            qmatmul_has_vnni() ? "yes" : "no");
+    if (qmatmul_has_avx512())
+        printf("AVX-512 MLX and Q8_0 kernels: tested (and the VNNI/AVX2 kernels with them switched off)\n");
+    else
+        printf("AVX-512 MLX and Q8_0 kernels: SKIPPED (this CPU lacks AVX-512 F/BW/VL/VNNI; not counted as "
+               "passes)\n");
     static const enum gb_type types[] = {GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q4_1, GB_TYPE_Q5_0, GB_TYPE_Q5_1,
                                          GB_TYPE_Q2_K, GB_TYPE_Q3_K, GB_TYPE_Q4_K, GB_TYPE_Q5_K, GB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_ggml(types[i], &seed);

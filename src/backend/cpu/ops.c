@@ -3,6 +3,8 @@
 #include "backend/ops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/attn_avx512.h"
+#include "backend/cpu/qmatmul_avx512.h" /* qmatmul_has_avx512: the CPU check for every *_avx512.c */
 #include "base/fp16.h"
 #include "base/status.h"
 
@@ -224,6 +226,27 @@ static void attention_worker(void *ctx, int ith, int nth) {
     }
 }
 
+#ifdef GERBIL_HAVE_X86
+/* AVX-512, f16 cache: items of attn512_tokens() tokens x one kv head, dealt round-robin
+ * (the later tokens see more keys: contiguous ranges would give the last thread most of
+ * the work); each item's results do not depend on which thread takes it. */
+static void attention_worker512(void *ctx, int ith, int nth) {
+    const struct attn_args *a = ctx;
+    const int tq = attn512_tokens(a->n_head / a->n_head_kv);
+    const long n_items = (long)((a->n_tok + tq - 1) / tq) * a->n_head_kv;
+    for (long item = ith; item < n_items; item += nth) {
+        int t0 = (int)(item / a->n_head_kv) * tq, kvh = (int)(item % a->n_head_kv);
+        attn_item_f16_avx512(a, t0, a->n_tok - t0 < tq ? a->n_tok - t0 : tq, kvh);
+    }
+}
+#endif
+
 void op_attention(struct backend *be, const struct attn_args *a) {
+#ifdef GERBIL_HAVE_X86
+    if (attn512_fits(a) && qmatmul_has_avx512()) {
+        tp_run(be->tp, attention_worker512, (void *)a);
+        return;
+    }
+#endif
     tp_run(be->tp, attention_worker, (void *)a);
 }

@@ -30,10 +30,12 @@
 
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
+#include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Activations of the 32-element types are struct qx8 (qmatmul_avx2.h): x ~ d * qs;
@@ -41,12 +43,40 @@
  * instead of summing qs again. */
 _Static_assert(sizeof(struct qx8) == 40, "qx8");
 _Static_assert(sizeof(struct qx16) == 72, "qx16");
+_Static_assert(sizeof(struct qx128) == 384, "qx128");
+
+/* ---- CPU check for the AVX-512 kernels (here: qmatmul_avx512.c is compiled for AVX-512
+ * throughout, so not even its CPU check may run before the check) ------------------- */
+
+static _Atomic int avx512_off;
+
+int qmatmul_has_avx512(void) {
+#ifdef GERBIL_HAVE_X86
+    static _Atomic int has = -1; /* first calls may race: all compute the same value */
+    if (atomic_load_explicit(&avx512_off, memory_order_relaxed)) return 0;
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        atomic_store_explicit(&has, h, memory_order_relaxed);
+    }
+    return h && cpu_has_avx2(); /* not cached: 0 while cpu_force_ref */
+#else
+    return 0;
+#endif
+}
+
+void qmatmul_disable_avx512(int on) { atomic_store_explicit(&avx512_off, on ? 1 : 0, memory_order_relaxed); }
 
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
 typedef void (*qdot_fn)(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+/* The same for nr <= 4 consecutive rows (rb bytes apart; row r's values at y[u * ldy + r]). */
+typedef void (*qrows_fn)(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                         size_t ldy);
 
-enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K };
+enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K, ACT_X64 /* struct qx64, the AVX-512 Q8_0 kernel */ };
 
 /* ---- activation quantization ---------------------------------------------------- */
 
@@ -54,10 +84,17 @@ enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K };
  * mode, without the libm call): adding 1.5 * 2^23 leaves no fraction bits. */
 static inline int round_near(float v) { return (int)((v + 12582912.0f) - 12582912.0f); }
 
+/* fmaxf(m, |v|) for m >= 0 (a NaN v leaves m), without the libm call fmaxf is at -O2
+ * (it was 2.6% of a Q4_K_M prefill) */
+static inline float max_abs(float m, float v) {
+    float a = fabsf(v);
+    return a > m ? a : m;
+}
+
 static void quantize_x8(const float *x, struct qx8 *b, int n) {
     for (int i = 0; i < n / 32; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) amax = max_abs(amax, x[j]);
         float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -74,7 +111,7 @@ static void quantize_x8(const float *x, struct qx8 *b, int n) {
 static void quantize_x16(const float *x, struct qx16 *b, int n, int perm) {
     for (int i = 0; i < n / 32; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) amax = max_abs(amax, x[j]);
         float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -90,7 +127,7 @@ static void quantize_x16(const float *x, struct qx16 *b, int n, int perm) {
 static void quantize_q8K(const float *x, block_q8_K *b, int n) {
     for (int i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0.0f;
-        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK_K; j++) amax = max_abs(amax, x[j]);
         float id = amax > 0.0f ? 127.0f / amax : 0.0f;
         b[i].d = amax / 127.0f;
         for (int g = 0; g < QK_K / 16; g++) {
@@ -339,23 +376,25 @@ QDOTK(q6_K, GB_TYPE_Q6_K, block_q6_K)
 /* ---- GGML type table ----------------------------------------------------------------- */
 
 struct qkernel {
-    enum act_kind act;
+    enum act_kind act;     /* activations of the scalar kernel (and of fast, unless fast_act) */
     qdot_fn generic, fast; /* fast: NULL where only the scalar kernel exists */
+    enum act_kind fast_act;
+    qrows_fn fast_rows;    /* replaces fast where set: 4 rows per call */
 };
 
 static struct qkernel qkernel_of(enum gb_type t) {
-    struct qkernel k = {ACT_NONE, NULL, NULL};
+    struct qkernel k = {ACT_NONE, NULL, NULL, ACT_NONE, NULL};
     switch (t) {
-    case GB_TYPE_Q8_0: k = (struct qkernel){ACT_X8, qdot_q8_0_generic, NULL}; break;
-    case GB_TYPE_Q4_0: k = (struct qkernel){ACT_X8, qdot_q4_0_generic, NULL}; break;
-    case GB_TYPE_Q4_1: k = (struct qkernel){ACT_X8, qdot_q4_1_generic, NULL}; break;
-    case GB_TYPE_Q5_0: k = (struct qkernel){ACT_X8, qdot_q5_0_generic, NULL}; break;
-    case GB_TYPE_Q5_1: k = (struct qkernel){ACT_X8, qdot_q5_1_generic, NULL}; break;
-    case GB_TYPE_Q2_K: k = (struct qkernel){ACT_Q8K, qdot_q2_K_generic, NULL}; break;
-    case GB_TYPE_Q3_K: k = (struct qkernel){ACT_Q8K, qdot_q3_K_generic, NULL}; break;
-    case GB_TYPE_Q4_K: k = (struct qkernel){ACT_Q8K, qdot_q4_K_generic, NULL}; break;
-    case GB_TYPE_Q5_K: k = (struct qkernel){ACT_Q8K, qdot_q5_K_generic, NULL}; break;
-    case GB_TYPE_Q6_K: k = (struct qkernel){ACT_Q8K, qdot_q6_K_generic, NULL}; break;
+    case GB_TYPE_Q8_0: k = (struct qkernel){ACT_X8, qdot_q8_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_0: k = (struct qkernel){ACT_X8, qdot_q4_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_1: k = (struct qkernel){ACT_X8, qdot_q4_1_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_0: k = (struct qkernel){ACT_X8, qdot_q5_0_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_1: k = (struct qkernel){ACT_X8, qdot_q5_1_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q2_K: k = (struct qkernel){ACT_Q8K, qdot_q2_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q3_K: k = (struct qkernel){ACT_Q8K, qdot_q3_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q4_K: k = (struct qkernel){ACT_Q8K, qdot_q4_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q5_K: k = (struct qkernel){ACT_Q8K, qdot_q5_K_generic, NULL, ACT_NONE, NULL}; break;
+    case GB_TYPE_Q6_K: k = (struct qkernel){ACT_Q8K, qdot_q6_K_generic, NULL, ACT_NONE, NULL}; break;
     default: break;
     }
 #ifdef GERBIL_HAVE_X86
@@ -376,7 +415,12 @@ static struct qkernel qkernel_of(enum gb_type t) {
         default: break;
         }
     }
+    if (qmatmul_has_avx512() && t == GB_TYPE_Q8_0) {
+        k.fast_rows = qrows_q8_0_avx512;
+        k.fast_act = ACT_X64;
+    }
 #endif
+    if (k.fast_act == ACT_NONE) k.fast_act = k.act;
     return k;
 }
 
@@ -384,6 +428,7 @@ static size_t act_row_bytes(enum act_kind a, int64_t n_in) {
     switch (a) {
     case ACT_X8: return (size_t)(n_in / 32) * sizeof(struct qx8);
     case ACT_Q8K: return (size_t)(n_in / QK_K) * sizeof(block_q8_K);
+    case ACT_X64: return (size_t)((n_in / 32 + 1) / 2) * sizeof(struct qx64);
     default: return 0;
     }
 }
@@ -448,11 +493,13 @@ struct qjob {
     /* GGML */
     enum act_kind act;
     qdot_fn fn;
+    qrows_fn rows_fn; /* instead of fn where set */
     const char *xq;
     size_t xs;
     /* MLX: x quantized in xq (qx16, permuted for the AVX2 4-bit kernel) and */
     float *gsum;       /* [n_tok][n_in / gs] group sums of the quantized x */
     int permuted;
+    int x512;          /* the AVX-512 kernels: x as struct qx128 chunks */
     int chunk;
     _Atomic int next;
 };
@@ -465,6 +512,13 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
         const float *xt = j->x + (size_t)t * (size_t)n;
         if (w->kind == GB_WEIGHT_MLX) {
             int gs = w->group_size, ng = n / gs;
+#ifdef GERBIL_HAVE_X86
+            if (j->x512) {
+                mlx_quant_x_avx512(xt, n, w->bits, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs),
+                                   j->gsum + (size_t)t * (size_t)ng);
+                continue;
+            }
+#endif
             struct qx16 *qt = (struct qx16 *)(j->xq + (size_t)t * j->xs);
             quantize_x16(xt, qt, n, j->permuted);
             float *gt = j->gsum + (size_t)t * (size_t)ng;
@@ -473,6 +527,10 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
                 for (int b = g * gs / 32; b < (g + 1) * gs / 32; b++) s += qt[b].s;
                 gt[g] = s;
             }
+#ifdef GERBIL_HAVE_X86
+        } else if (j->act == ACT_X64) {
+            q8_quant_x_avx512(xt, n, (struct qx64 *)(j->xq + (size_t)t * j->xs));
+#endif
         } else if (j->act == ACT_X8) {
             quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);
         } else {
@@ -488,7 +546,8 @@ static void prep_worker(void *ctx, int ith, int nth) {
     prep_tokens(j, (int)lo, (int)hi);
 }
 
-static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, else 1). */
+static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
     size_t esz = w->sb_type == GB_TYPE_F32 ? 4 : 2;
@@ -499,6 +558,12 @@ static void mlx_rows(struct qjob *j, int o, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
+    if (j->x512) {
+        (w->bits == 4 ? mlxdot4_avx512 : mlxdot8_avx512)(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz,
+                                                         w->sb_type, x, j->xs, g, (size_t)ng, nt, y,
+                                                         (size_t)w->n_out);
+        return;
+    }
     if (j->fast && w->bits == 4) {
         mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
@@ -526,11 +591,17 @@ static void row_worker(void *ctx, int ith, int nth) {
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
             int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
-            for (int o = (int)o_lo; o < o_hi; o++) {
+            int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */
+            for (int o = (int)o_lo; o < o_hi; o += rstep) {
                 for (int u = t0; u < t1; u += MAX_NT) {
                     int nt = t1 - u < MAX_NT ? t1 - u : MAX_NT;
+                    int nr = o_hi - o < rstep ? o_hi - o : rstep;
                     if (w->kind == GB_WEIGHT_MLX) {
-                        mlx_rows(j, o, u, nt);
+                        mlx_rows(j, o, nr, u, nt);
+                    } else if (j->rows_fn) {
+                        j->rows_fn(n_in, nr, (const char *)w->data + (size_t)o * w->row_bytes, w->row_bytes,
+                                   j->xq + (size_t)u * j->xs, j->xs, nt, j->y + (size_t)u * (size_t)n_out + o,
+                                   (size_t)n_out);
                     } else {
                         j->fn(n_in, (const char *)w->data + (size_t)o * w->row_bytes, j->xq + (size_t)u * j->xs,
                               j->xs, nt, j->y + (size_t)u * (size_t)n_out + o, (size_t)n_out);
@@ -548,10 +619,13 @@ static int is_float_plain(const struct gb_weight *w) {
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     if (n_tok <= 0) return 0;
-    if (w->kind == GB_WEIGHT_MLX)
-        return (size_t)n_tok * ((size_t)(w->n_in / 32) * sizeof(struct qx16) + (size_t)(w->n_in / w->group_size) * sizeof(float));
+    if (w->kind == GB_WEIGHT_MLX) /* room for either activation layout (qx128 is the larger), aligned */
+        return 64 + (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
+                                (size_t)(w->n_in / w->group_size) * sizeof(float));
     if (is_float_plain(w)) return 0;
-    return (size_t)n_tok * act_row_bytes(qkernel_of(w->type).act, w->n_in);
+    struct qkernel k = qkernel_of(w->type);
+    size_t a = act_row_bytes(k.act, w->n_in), b = act_row_bytes(k.fast_act, w->n_in);
+    return 64 + (size_t)n_tok * (a > b ? a : b); /* either kernel's activations, 64-byte aligned */
 }
 
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
@@ -567,9 +641,11 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         /* group sizes are powers of two (32, 64, 128): the kernels divide by shifts */
         GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size >= 32 && (w->group_size & (w->group_size - 1)) == 0 &&
                   w->n_in % w->group_size == 0);
+        j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
+                 qmatmul_has_avx512();
         j.permuted = j.fast && w->bits == 4;
-        j.xq = work;
-        j.xs = (size_t)(w->n_in / 32) * sizeof(struct qx16);
+        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
+        j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
         j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     } else {
         struct qkernel k = qkernel_of(w->type);
@@ -578,10 +654,12 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
             return;
         }
         GB_ASSERT(w->n_in % type_traits(w->type)->block_size == 0);
-        j.act = k.act;
-        j.fn = j.fast && k.fast ? k.fast : k.generic;
-        j.xq = work;
-        j.xs = act_row_bytes(k.act, w->n_in);
+        int use_fast = j.fast && (k.fast || k.fast_rows);
+        j.act = use_fast ? k.fast_act : k.act;
+        j.fn = use_fast && k.fast ? k.fast : k.generic;
+        j.rows_fn = use_fast ? k.fast_rows : NULL;
+        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+        j.xs = act_row_bytes(j.act, w->n_in);
     }
     if (w->n_in == 0) {
         for (size_t i = 0; i < (size_t)n_tok * (size_t)w->n_out; i++) y[i] = 0.0f;
@@ -597,6 +675,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     } else {
         long n_chunks = (long)nth * CHUNKS_PER_THREAD;
         j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
+        if (j.x512 || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
 }

@@ -1,0 +1,337 @@
+/* AVX-512 (512-bit) kernels for MLX affine weights, w = s_g q + b_g per group g:
+ *   dot(w, x) = sum_g s_g (q . x~)_g + sum_g b_g xsum_g,
+ * with x~ = d_b qx the 16-bit block quantization of qmatmul.c (the error is w . (x~ - x),
+ * 256 times smaller than 8-bit activations; 8-bit ones break the MLX golden bound).
+ *
+ * Codes meet the 16-bit x in vpdpwssd (int16 pairs to int32, exact: at most
+ * 8 * 255 * 32767 per lane and chunk). A chunk is 128 elements, one 64-byte load of
+ * 4-bit codes read as 32 int16 lanes: lane k holds codes 4k..4k+3 in its four nibbles,
+ * so four mask/shift ops give four code vectors (code 4k + j in lane k of vector j)
+ * and x is stored in that order (struct qx128). The int32 lane m of the sum then
+ * covers elements 8m..8m+7, inside one 32-element x block and one group, so one
+ * vcvtdq2ps, one multiply by the lanes' block steps and one FMA by the lanes' group
+ * scales finish the chunk; no per-block horizontal work. 8-bit codes: two 64-byte
+ * loads, bytes split into even and odd int16 lanes; lane m covers 4 elements.
+ * The bias terms are 16 groups per FMA (biases x group sums of x~), into the same
+ * accumulator; one horizontal sum per output.
+ *
+ * Tiles: up to 4 rows x 4 tokens per pass; each row's codes are unpacked once per
+ * chunk and used for every token (prefill), and a decode pass streams 4 rows against
+ * one token held in L1. The instruction sequence for one (row, token) is the same in
+ * every tile shape, so results depend on neither the tiling nor the thread split.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
+ * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
+#include "backend/cpu/qmatmul_avx512.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* Most rows and tokens per tile: 4 x 2 keeps the 8 accumulators, 4 rows' unpacked
+ * codes and scales in the 32 zmm registers (4 x 4 spilled; 2 x 4, 3 x 3 and 2 x 2 ran
+ * slower in bench_qmatmul). */
+enum { MR = 4, MT = 2 };
+
+/* Decode (one token) streams the weights from DRAM, 4 rows interleaved 64 bytes at a
+ * time; a software prefetch this many bytes ahead (the next tile, for 1024-wide rows)
+ * ran MLX 4-bit decode 1.2-1.35x faster end to end (gerbil bench tg64, 1 thread, load ~5;
+ * 2048, 4096 and 8192 within noise of each other). */
+enum { PREFETCH = 2048 };
+/* Rows per decode tile: 1, so the weights stream sequentially; 4 interleaved rows ran
+ * Q8_0 decode at 21 against 33 tok/s end to end (MLX 4-bit ~41 both ways). */
+#ifndef DEC_R
+#define DEC_R 1
+#endif
+
+/* ---- activations ----------------------------------------------------------------------- */
+
+void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
+    const __m512i ie = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                                        24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_add_epi16(ie, _mm512_set1_epi16(1));
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
+    for (int g = 0; g < ng; g++) gsum[g] = 0.0f;
+    for (int c = 0; c < n / 128; c++) {
+        const float *xc = x + 128 * c;
+        __m512i B[4];
+        float d[4];
+        for (int b = 0; b < 4; b++) {
+            __m512 x0 = _mm512_loadu_ps(xc + 32 * b), x1 = _mm512_loadu_ps(xc + 32 * b + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+            d[b] = amax / 32767.0f;
+            /* vcvtps2dq rounds to nearest even, as qmatmul.c's round_near */
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+            int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            gsum[(32 * (4 * c + b)) >> lg] += d[b] * (float)sum;
+            B[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)), _mm512_cvtepi32_epi16(q1), 1);
+        }
+        /* even / odd elements of each 64 */
+        __m512i E0 = _mm512_permutex2var_epi16(B[0], ie, B[1]), O0 = _mm512_permutex2var_epi16(B[0], io, B[1]);
+        __m512i E1 = _mm512_permutex2var_epi16(B[2], ie, B[3]), O1 = _mm512_permutex2var_epi16(B[2], io, B[3]);
+        int16_t *qs = out[c].qs;
+        float *dv = out[c].dv;
+        if (bits == 4) {
+            /* x[4k + j]: every other element of the evens (j = 0, 2) or the odds (1, 3) */
+            _mm512_storeu_si512(qs, _mm512_permutex2var_epi16(E0, ie, E1));
+            _mm512_storeu_si512(qs + 32, _mm512_permutex2var_epi16(O0, ie, O1));
+            _mm512_storeu_si512(qs + 64, _mm512_permutex2var_epi16(E0, io, E1));
+            _mm512_storeu_si512(qs + 96, _mm512_permutex2var_epi16(O0, io, O1));
+            for (int m = 0; m < 16; m++) dv[m] = d[m / 4];
+            for (int m = 16; m < 32; m++) dv[m] = 0.0f;
+        } else {
+            _mm512_storeu_si512(qs, E0);
+            _mm512_storeu_si512(qs + 32, O0);
+            _mm512_storeu_si512(qs + 64, E1);
+            _mm512_storeu_si512(qs + 96, O1);
+            for (int m = 0; m < 32; m++) dv[m] = d[m / 8];
+        }
+    }
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* 16 (masked) scales or biases from index g0, as f32. */
+AI __m512 sb16(const void *p, enum gb_type t, int g0, __mmask16 m) {
+    if (t == GB_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + g0);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + g0);
+    if (t == GB_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, size_t rb, const char *sc,
+                 const char *bi, size_t sbr, enum gb_type sbt, const char *xq, size_t xs, const float *gsum,
+                 size_t gstr, float *y, size_t ldy) {
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
+    int gpc = 128 >> lg; /* groups per chunk */
+    /* lane m's group within the chunk: element 8m (4-bit), 4m and 64 + 4m (8-bit) */
+    __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i ix0 = _mm512_srli_epi32(_mm512_slli_epi32(lane, bits == 4 ? 3 : 2), lg);
+    __m512i ix1 = _mm512_srli_epi32(_mm512_add_epi32(_mm512_slli_epi32(lane, 2), _mm512_set1_epi32(64)), lg);
+    const __m512i step = _mm512_set1_epi32(gpc);
+    const __m512i m4 = _mm512_set1_epi16(15), m8 = _mm512_set1_epi16(255);
+    __m512 acc[MR][MT];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    /* blocks of 16 groups (16 gs / 128 chunks): their scales are loaded and converted once
+     * per row, and their bias terms go in with one FMA per row and token */
+    for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
+        __mmask16 m = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __m512 s16[MR];
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
+            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, gsum + (size_t)t * gstr + g0), acc[r][t]);
+        }
+        int c1 = (ng - g0 >= 16 ? g0 + 16 : ng) >> (7 - lg); /* chunk c covers groups c gpc .. */
+        __m512i i0 = ix0, i1 = ix1;
+        for (; c < c1; c++, i0 = _mm512_add_epi32(i0, step), i1 = _mm512_add_epi32(i1, step)) {
+            UNROLL for (int r = 0; r < R; r++) {
+                __m512i w0, w1, w2, w3;
+                const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * (size_t)(16 * bits);
+                if (T == 1) _mm_prefetch((const char *)cr + PREFETCH, _MM_HINT_T0);
+                if (bits == 4) {
+                    __m512i v = _mm512_loadu_si512(cr);
+                    w0 = _mm512_and_si512(v, m4);
+                    w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    w2 = _mm512_and_si512(_mm512_srli_epi16(v, 8), m4);
+                    w3 = _mm512_srli_epi16(v, 12);
+                } else {
+                    __m512i v0 = _mm512_loadu_si512(cr), v1 = _mm512_loadu_si512(cr + 64);
+                    w0 = _mm512_and_si512(v0, m8);
+                    w1 = _mm512_srli_epi16(v0, 8);
+                    w2 = _mm512_and_si512(v1, m8);
+                    w3 = _mm512_srli_epi16(v1, 8);
+                }
+                __m512 sv0 = _mm512_permutexvar_ps(i0, s16[r]);
+                __m512 sv1 = bits == 8 ? _mm512_permutexvar_ps(i1, s16[r]) : sv0;
+                UNROLL for (int t = 0; t < T; t++) {
+                    const struct qx128 *xb = (const struct qx128 *)(xq + (size_t)t * xs) + c;
+                    const __m512i *q = (const __m512i *)xb->qs;
+                    if (bits == 4) {
+                        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(q));
+                        s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(q + 1));
+                        s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(q + 2));
+                        s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(q + 3));
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv));
+                        acc[r][t] = _mm512_fmadd_ps(f, sv0, acc[r][t]);
+                    } else {
+                        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(q));
+                        s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(q + 1));
+                        __m512i u = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w2, _mm512_loadu_si512(q + 2));
+                        u = _mm512_dpwssd_epi32(u, w3, _mm512_loadu_si512(q + 3));
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv));
+                        __m512 e = _mm512_mul_ps(_mm512_cvtepi32_ps(u), _mm512_loadu_ps(xb->dv + 16));
+                        acc[r][t] = _mm512_fmadd_ps(f, sv0, acc[r][t]);
+                        acc[r][t] = _mm512_fmadd_ps(e, sv1, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ldy + r] =
+        _mm512_reduce_add_ps(acc[r][t]);
+}
+
+_Static_assert(MT == 2, "TILE_T");
+#define TILE_T(R)                                                                                         \
+    switch (t) {                                                                                          \
+    case 2: mlx_tile(bits, R, 2, n, gs, codes, rb, sc, bi, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break; \
+    default: mlx_tile(bits, R, 1, n, gs, codes, rb, sc, bi, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break; \
+    }
+
+AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *scv, const void *biv,
+               size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+               float *y, size_t ldy) {
+    int rstep = nt == 1 ? DEC_R : MR;
+    for (int r0 = 0; r0 < nr; r0 += rstep) {
+        const char *sc = (const char *)scv + (size_t)r0 * sbr, *bi = (const char *)biv + (size_t)r0 * sbr;
+        const uint8_t *codes = codes0 + (size_t)r0 * rb;
+        int nrr = nr - r0 < rstep ? nr - r0 : rstep;
+        for (int u0 = 0; u0 < nt; u0 += MT) {
+            int t = nt - u0 < MT ? nt - u0 : MT;
+            const char *xu = (const char *)xq + (size_t)u0 * xs;
+            const float *gu = gsum + (size_t)u0 * gstr;
+            float *yu = y + (size_t)u0 * ldy + r0;
+            switch (nrr) {
+            case 4: TILE_T(4) break;
+            case 3: TILE_T(3) break;
+            case 2: TILE_T(2) break;
+            default: TILE_T(1) break;
+            }
+        }
+    }
+}
+
+void mlxdot4_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                    size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                    float *y, size_t ldy) {
+    mlxdot(4, n, gs, nr, codes, rb, sc, bi, sbr, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                    size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                    float *y, size_t ldy) {
+    mlxdot(8, n, gs, nr, codes, rb, sc, bi, sbr, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+/* ---- Q8_0 ----------------------------------------------------------------------------------
+ * x quantized as for the other 32-element types (struct qx8: d = max|x| / 127, q in
+ * [-127, 127]) and stored per pair of blocks (struct qx64). vpdpbusd wants one unsigned
+ * operand: the weight bytes become w + 128 (one xor per weight chunk, shared by all
+ * tokens), and the extra 128 sum(x) of each int32 lane is taken off by starting the sum
+ * at negc = -128 (sum of the lane's 4 x). Lanes 0..7 are block 2c, 8..15 block 2c + 1,
+ * so one convert, one multiply by the lanes' x steps and one FMA by the lanes' weight
+ * steps finish a chunk of 64; an odd last block leaves lanes 8..15 zero. */
+
+void q8_quant_x_avx512(const float *x, int n, struct qx64 *out) {
+    int nb = n / 32;
+    for (int c = 0; c < (nb + 1) / 2; c++) {
+        struct qx64 *o = out + c;
+        __m128i q8[4];
+        float d[2] = {0.0f, 0.0f};
+        for (int h = 0; h < 2; h++) {
+            if (2 * c + h >= nb) {
+                q8[2 * h] = q8[2 * h + 1] = _mm_setzero_si128();
+                continue;
+            }
+            const float *xb = x + 32 * (2 * c + h);
+            __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            d[h] = amax / 127.0f;
+            q8[2 * h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
+            q8[2 * h + 1] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
+        }
+        __m512i q = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set_m128i(q8[1], q8[0])), _mm256_set_m128i(q8[3], q8[2]), 1);
+        _mm512_storeu_si512(o->qs, q);
+        /* -128 * (sum of each lane's 4 bytes): vpdpbusd of 0x80 bytes (128 unsigned) with q,
+         * negated */
+        __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), q);
+        _mm512_storeu_si512(o->negc, _mm512_sub_epi32(_mm512_setzero_si512(), s4));
+        for (int m = 0; m < 16; m++) o->dv[m] = d[m / 8];
+    }
+}
+
+AI __m512i q8_w(const uint8_t *b, int full) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 2));
+    __m256i hi = full ? _mm256_loadu_si256((const __m256i *)(b + 36)) : _mm256_setzero_si256();
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+}
+
+AI __m512 q8_dw(const uint8_t *b, int full, __m512i idx) {
+    uint16_t ha, hb = 0;
+    memcpy(&ha, b, 2);
+    if (full) memcpy(&hb, b + 34, 2);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hb << 16)));
+    return _mm512_permutexvar_ps(idx, _mm512_zextps128_ps512(f));
+}
+
+#ifndef Q8_MT
+#define Q8_MT 4
+#endif
+/* rows x tokens per tile: each x load serves 4 rows (x is 3 bytes per element here, so
+ * one row per pass ran at half the speed, bound by L2); 4 x 4 ran ~10% above 4 x 3 */
+enum { Q8R = 4, Q8T = Q8_MT };
+
+AI void q8_tile(int n, int R, int T, const uint8_t *row, size_t rb, const char *xq, size_t xs, float *y, size_t ldy) {
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc[Q8R][Q8T];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    int nb = n / 32;
+    for (int c = 0; 2 * c < nb; c++) {
+        int full = 2 * c + 2 <= nb;
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *b = row + (size_t)r * rb + (size_t)c * 68;
+            if (T == 1) _mm_prefetch((const char *)b + PREFETCH, _MM_HINT_T0);
+            __m512i w = q8_w(b, full);
+            __m512 dw = q8_dw(b, full, idx);
+            UNROLL for (int t = 0; t < T; t++) {
+                const struct qx64 *xb = (const struct qx64 *)(xq + (size_t)t * xs) + c;
+                __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(xb->negc), w, _mm512_loadu_si512(xb->qs));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_loadu_ps(xb->dv)), dw, acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) UNROLL for (int r = 0; r < R; r++) y[(size_t)t * ldy + r] =
+        _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define Q8TILE(R, T) q8_tile(n, R, T, rows, rb, xu, xs, yu, ldy)
+#if Q8_MT >= 4
+#define Q8CASE4(R) case 4: Q8TILE(R, 4); break;
+#else
+#define Q8CASE4(R)
+#endif
+#define Q8TILE_T(R)              \
+    switch (T) {                 \
+    Q8CASE4(R)                   \
+    case 3: Q8TILE(R, 3); break; \
+    case 2: Q8TILE(R, 2); break; \
+    default: Q8TILE(R, 1); break; \
+    }
+
+void qrows_q8_0_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += Q8T) {
+        int T = nt - u0 < Q8T ? nt - u0 : Q8T;
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        float *yu = y + (size_t)u0 * ldy;
+        const uint8_t *rows = row0;
+        if (T == 1 && DEC_R == 1) {
+            for (int r = 0; r < nr; r++) q8_tile(n, 1, 1, (const uint8_t *)row0 + (size_t)r * rb, rb, xu, xs, yu + r, ldy);
+            continue;
+        }
+        switch (nr) {
+        case 4: Q8TILE_T(4) break;
+        case 3: Q8TILE_T(3) break;
+        case 2: Q8TILE_T(2) break;
+        default: Q8TILE_T(1) break;
+        }
+    }
+}
