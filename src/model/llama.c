@@ -54,22 +54,16 @@ gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float a
     return GERBIL_OK;
 }
 
-/* Norms that scale by (1 + w) (Gemma 3, Qwen3.5): checkpoints store w and torch adds 1.0 to
- * the f32 weight on every call; adding it once at load gives the same f32 numbers. GGUF
- * conversions store 1 + w already, and so do MLX conversions of Qwen3.5 (mlx-lm's sanitize),
- * recognised by their conv1d kernels in MLX layout [C, K, 1] (Hugging Face: [C, 1, K]). */
+/* Norms that scale by (1 + w) (Gemma 3, the Qwen hybrids): checkpoints store w and torch
+ * adds 1.0 to the f32 weight on every call; adding it once at load gives the same f32
+ * numbers. GGUF conversions store 1 + w already; Qwen3.5 / Qwen3-Next MLX conversions
+ * usually do (mlx-lm's sanitize), which the weights' values tell (norm_weights_shifted). */
 static float norm_offset(const struct gerbil_model *m) {
     const struct model_config *c = &m->cfg;
     if (!c->norm_add_one || m->src.is_gguf) return 0.0f;
-    char name[128];
-    for (int l = 0; l < c->n_layer; l++) {
-        if (c->layer_kind[l] != LAYER_DELTANET) continue;
-        snprintf(name, sizeof name, "model.layers.%d.linear_attn.conv1d.weight", l);
-        const struct gb_tensor *t = wsrc_find(&m->src, name);
-        if (t && t->n_dims == 3 && t->ne[2] == 1 && t->ne[1] > 1) return 0.0f;
-        break;
-    }
-    return 1.0f;
+    if (c->arch != ARCH_QWEN35 && c->arch != ARCH_QWEN3NEXT) return 1.0f;
+    const struct gb_tensor *t = wsrc_find(&m->src, "model.layers.0.input_layernorm.weight");
+    return t && norm_weights_shifted(t) ? 0.0f : 1.0f;
 }
 
 /* transformers multiplies the embeddings by hidden_size ** 0.5 cast to the embedding

@@ -137,6 +137,19 @@ const struct gb_tensor *wsrc_at(const struct weight_source *s, int i) {
     return s->is_gguf ? &s->gg.tensors[i] : st_checkpoint_at(&s->ck, i);
 }
 
+int norm_weights_shifted(const struct gb_tensor *t) {
+    const int64_t n = tensor_nelements(t);
+    if (!type_traits(t->type)->is_float || n <= 0 || n > (1 << 20)) return 0;
+    float buf[256];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 256) {
+        const int64_t k = n - i < 256 ? n - i : 256;
+        type_to_f32(t->type, (const uint8_t *)t->data + (size_t)i * type_traits(t->type)->type_size, buf, k);
+        for (int64_t j = 0; j < k; j++) sum += buf[j];
+    }
+    return sum / (double)n > 0.5;
+}
+
 void wsrc_close(struct weight_source *s) {
     if (s->is_gguf) gguf_close(&s->gg);
     else st_checkpoint_close(&s->ck);

@@ -42,4 +42,10 @@ gerbil_status wsrc_matrix_stack(const struct weight_source *s, const char *hf_na
                                 int64_t cols, struct gb_weight *out);
 void wsrc_close(struct weight_source *s);
 
+/* Whether an RMSNorm weight of a (1 + w) norm is stored with the 1 already added: its mean
+ * is near 1 rather than near 0. Qwen3.5 / Qwen3-Next conversions disagree on this (mlx-lm
+ * shifts when it converts, other converters do not, and the conv layout does not tell
+ * reliably), so the values decide. */
+int norm_weights_shifted(const struct gb_tensor *t);
+
 #endif

@@ -36,6 +36,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "tensor/quant_ref.h"
 
 #include <errno.h>
@@ -784,14 +785,11 @@ static gerbil_status write_gguf(struct qctx *q) {
     if ((st = gguf_tensor(q, w, t, "token_embd.weight", -1, &none, ++idx, total))) goto out;
     int perm = c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL,
         is35 = c->arch == ARCH_QWEN35 || c->arch == ARCH_QWEN3NEXT; /* the hybrids */
-    /* norms that scale by 1 + w (Gemma 3, the Qwen hybrids): GGUF stores the sum; a hybrid
-     * source in MLX layout (conv kernels [C, K, 1]) has it already */
+    /* norms that scale by 1 + w (Gemma 3, the Qwen hybrids): GGUF stores the sum, which a
+     * hybrid source may hold already (norm_weights_shifted) */
     float norm_add = c->norm_add_one ? 1.0f : 0.0f;
-    for (int l = 0; is35 && l < c->n_layer; l++) {
-        snprintf(hname, sizeof hname, "model.layers.%d.linear_attn.conv1d.weight", l);
-        const struct gb_tensor *cv = st_checkpoint_find(&q->ck, hname);
-        if (cv) { norm_add = cv->n_dims == 3 && cv->ne[2] == 1 && cv->ne[1] > 1 ? 0 : 1; break; }
-    }
+    const struct gb_tensor *n0 = st_checkpoint_find(&q->ck, "model.layers.0.input_layernorm.weight");
+    if (is35 && n0 && norm_weights_shifted(n0)) norm_add = 0;
     for (int l = 0; l < c->n_layer; l++)
         for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
             for (int b = 0; b < 2; b++) {
