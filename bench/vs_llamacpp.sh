@@ -8,7 +8,7 @@
 # 1. makes /tmp/gerbil-bench/qwen3-0.6b-bf16 (random weights, Qwen3-0.6B shapes, bf16) if
 #    missing and copies ../shared/data/tokenizers/qwen3/tokenizer{,_config}.json into it
 # 2. gerbil quantize -> bf16.gguf (gerbil's HF -> GGUF converter; llama.cpp must load it)
-# 3. llama-quantize bf16.gguf -> Q4_K_M, Q8_0, Q4_0 (llama.cpp's own quantizer makes the
+# 3. llama-quantize bf16.gguf -> the types FORMATS needs (llama.cpp's own quantizer makes the
 #    files both engines read), gerbil quantize --type mlx4 -> an MLX folder
 # 4. for each thread count: llama-bench -m F -p P -n N -t T -r REPS -o json and
 #    gerbil bench --model F -p P -n N -t T -r REPS --json, each under /usr/bin/time -v,
@@ -74,7 +74,9 @@ if newer "$WORK/bf16.gguf"; then
     "$BUILD/gerbil" quantize "$MODEL_DIR" "$WORK/bf16.gguf" --type bf16 2>"$WORK/quantize-bf16.log" ||
         { tail -5 "$WORK/quantize-bf16.log" >&2; exit 1; }
 fi
-for q in Q4_K_M Q8_0 Q4_0; do
+# only the files the chosen FORMATS read (the MLX row reads the MLX_PEER file)
+NEEDED=$(for fmt in $FORMATS; do case $fmt in mlx4) echo "$MLX_PEER" ;; *) echo "$fmt" ;; esac; done | sort -u)
+for q in $(echo "$NEEDED" | tr a-z A-Z); do
     f="$WORK/$(echo $q | tr A-Z a-z).gguf"
     if [ ! -e "$f" ] || [ "$WORK/bf16.gguf" -nt "$f" ]; then
         echo "== llama-quantize bf16.gguf -> $q" >&2
