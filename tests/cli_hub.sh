@@ -39,6 +39,9 @@ echo secret > $R/tiny/gated/.token
 cp $S/gguf/stories260K-f32.gguf $R/tiny/gguf/stories-Q4_K_M.gguf
 cp $S/gguf/stories260K-f32.gguf $R/tiny/gguf/stories-Q8_0.gguf
 echo "# docs only" > $R/tiny/docs/README.md
+# the default model's repo id, holding the Qwen3.5 MLX 4-bit fixture (mlx-lm layout)
+mkdir -p "$R/mlx-community/Qwen3.5-0.8B-4bit"
+cp tests/fixtures/qwen35-mlx4/* "$R/mlx-community/Qwen3.5-0.8B-4bit/"
 chmod -R u+w $R
 
 python3 scripts/hub_server.py $R --port-file $T/port --log $T/log --mode-file $T/mode &
@@ -210,6 +213,16 @@ if [ -w /dev/full ]; then
     mkdir -p $T/cache/models--tiny--gguf/blobs && ln -s /dev/full $T/cache/models--tiny--gguf/blobs/$H.incomplete
     expect_fail "disk full" "disk full .*HF_HUB_CACHE" "$G" pull tiny/gguf
 fi
+
+# The default model end to end: no --model, nothing cached -> gerbil run pulls
+# mlx-community/Qwen3.5-0.8B-4bit (here the Qwen3.5 MLX fixture) and generates exactly what the
+# local folder generates (greedy, token ids: the fixture has no tokenizer).
+unset GERBIL_MODEL
+"$G" run --ids 5,17,42,99 -n 6 --temperature 0 --ignore-eos -t 1 > $T/def.out 2> $T/def.err
+ok $? "run with the default model: $(tail -2 $T/def.err)"
+grep -q "pulling mlx-community/Qwen3.5-0.8B-4bit@main" $T/def.err; ok $? "run says it pulls the default model"
+"$G" run --model tests/fixtures/qwen35-mlx4 --ids 5,17,42,99 -n 6 --temperature 0 --ignore-eos -t 1 > $T/loc.out 2>/dev/null
+[ -s $T/def.out ] && cmp -s $T/def.out $T/loc.out; ok $? "default model output equals the local folder's ($(cat $T/def.out) vs $(cat $T/loc.out))"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
