@@ -39,21 +39,7 @@ with open(dst, "wb") as o:
     o.write(struct.pack("<Q", len(hj))); o.write(hj)
     for b in blobs: o.write(b)
 EOF
-    if python3 - "$G" $FX "$T/$variant" "$variant" <<'EOF'
-import json, struct, subprocess, sys
-g, fx, model, variant = sys.argv[1:5]
-f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
-def get(name, fmt):
-    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
-    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
-ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
-out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
-                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
-L = json.loads(out.stdout)["logits"]; V = shape[1]
-d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
-print(f"  qwen35-f32 as {variant}: max |diff| vs transformers {d:.3g} (bound 1e-3)")
-sys.exit(0 if d <= 1e-3 else 1)
-EOF
+    if python3 scripts/vs_transformers.py "$G" $FX "$T/$variant" "qwen35-f32 as $variant"
     then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $variant"; fi
 done
 echo "cli_hybrid_layouts: $pass passed, $fail failed"

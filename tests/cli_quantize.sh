@@ -29,23 +29,7 @@ bad() { fail=$((fail+1)); echo "FAIL: $*"; }
 
 # vs_transformers FIXTURE GGUF: the GGUF's logits of FIXTURE's prompt (f32 KV cache) within 1e-3 of
 # transformers' (FIXTURE/expected.safetensors) at every position
-vs_transformers() {
-    python3 - "$G" "$1" "$2" <<'EOF'
-import json, struct, subprocess, sys
-g, fx, model = sys.argv[1:4]
-f = open(fx + "/expected.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
-def get(name, fmt):
-    m = h[name]; f.seek(8 + n + m["data_offsets"][0]); raw = f.read(m["data_offsets"][1] - m["data_offsets"][0])
-    return list(struct.unpack("<%d%s" % (len(raw) // 4, fmt), raw)), m["shape"]
-ids, _ = get("input_ids", "i"); ref, shape = get("logits", "f")
-out = subprocess.run([g, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--all", "-t", "1",
-                      "--kv-type", "f32"], capture_output=True, text=True, check=True)
-L = json.loads(out.stdout)["logits"]; V = shape[1]
-d = max(abs(L[t][v] - ref[t * V + v]) for t in range(shape[0]) for v in range(V))
-print(f"  {fx.rsplit('/', 1)[-1]} GGUF vs transformers: max |diff| {d:.3g} (bound 1e-3)")
-sys.exit(0 if d <= 1e-3 else 1)
-EOF
-}
+vs_transformers() { python3 scripts/vs_transformers.py "$G" "$1" "$2" "$(basename "$1") GGUF"; }
 
 # compare NAME REF.json OUT.json MAXDIFF MIN_CORR MIN_ARGMAX_SAME
 compare() {
