@@ -47,8 +47,6 @@ const char *cli_value(int argc, char **argv, int *i);
 int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s);
 
 /* ---- cli_hub.c: models by name ---- */
-/* n bytes as "12.3 MiB" into buf. */
-const char *cli_fmt_bytes(uint64_t n, char *buf, size_t cap);
 /* Hub parameters from the environment, --token (may be NULL), and a progress bar on stderr. */
 gerbil_hub_params cli_hub_params(const char *token);
 /* ref -> local path in out (pulled with progress when missing). Prints the error and

@@ -2,6 +2,7 @@
  * download progress: a bar redrawn in place on a terminal, a plain line every few
  * seconds otherwise (logs, CI). */
 #include "cli.h"
+#include "hub/hub.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +12,6 @@ struct progress_view {
     int tty, started;
     double last_line_s;
 };
-
-const char *cli_fmt_bytes(uint64_t n, char *buf, size_t cap) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int u = 0;
-    while (v >= 1024 && u < 4) { v /= 1024; u++; }
-    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
 
 static const char *fmt_eta(double s, char *buf, size_t cap) {
     if (s < 0 || s > 360000) snprintf(buf, cap, "--:--");
@@ -34,7 +26,7 @@ static void on_progress(void *user, const gerbil_hub_progress *p) {
     if (!v->started) {
         v->started = 1;
         fprintf(stderr, "pulling %s@%s (commit %.12s): %d file%s, %s\n", p->repo, p->revision, p->commit, p->n_files,
-                p->n_files == 1 ? "" : "s", cli_fmt_bytes(p->bytes_total, a, sizeof a));
+                p->n_files == 1 ? "" : "s", hub_fmt_bytes(p->bytes_total, a, sizeof a));
     }
     double speed = p->elapsed_s > 0.2 ? p->bytes_done / p->elapsed_s : 0;
     double eta = speed > 0 ? (p->bytes_total - p->bytes_done) / speed : -1;
@@ -45,18 +37,18 @@ static void on_progress(void *user, const gerbil_hub_progress *p) {
         for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
         bar[20] = 0;
         fprintf(stderr, "\r[%s] %5.1f%%  %s / %s  %s/s  ETA %s  (%d/%d files)\033[K", bar, pct,
-                cli_fmt_bytes(p->bytes_done, a, sizeof a), cli_fmt_bytes(p->bytes_total, b, sizeof b),
-                cli_fmt_bytes((uint64_t)speed, c, sizeof c), fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
+                hub_fmt_bytes(p->bytes_done, a, sizeof a), hub_fmt_bytes(p->bytes_total, b, sizeof b),
+                hub_fmt_bytes((uint64_t)speed, c, sizeof c), fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
         if (p->done) fputc('\n', stderr);
     } else if (!p->done && p->elapsed_s - v->last_line_s >= 5.0) {
         v->last_line_s = p->elapsed_s;
-        fprintf(stderr, "  %s / %s (%.0f%%), %s/s, ETA %s, %d/%d files\n", cli_fmt_bytes(p->bytes_done, a, sizeof a),
-                cli_fmt_bytes(p->bytes_total, b, sizeof b), pct, cli_fmt_bytes((uint64_t)speed, c, sizeof c),
+        fprintf(stderr, "  %s / %s (%.0f%%), %s/s, ETA %s, %d/%d files\n", hub_fmt_bytes(p->bytes_done, a, sizeof a),
+                hub_fmt_bytes(p->bytes_total, b, sizeof b), pct, hub_fmt_bytes((uint64_t)speed, c, sizeof c),
                 fmt_eta(eta, e, sizeof e), p->n_files_done, p->n_files);
     }
     if (p->done)
-        fprintf(stderr, "pulled %s: %s in %.1f s (%s/s)\n", p->repo, cli_fmt_bytes(p->bytes_total, a, sizeof a),
-                p->elapsed_s, cli_fmt_bytes((uint64_t)(p->elapsed_s > 0 ? p->bytes_total / p->elapsed_s : 0), b, sizeof b));
+        fprintf(stderr, "pulled %s: %s in %.1f s (%s/s)\n", p->repo, hub_fmt_bytes(p->bytes_total, a, sizeof a),
+                p->elapsed_s, hub_fmt_bytes((uint64_t)(p->elapsed_s > 0 ? p->bytes_total / p->elapsed_s : 0), b, sizeof b));
     fflush(stderr);
 }
 

@@ -1,5 +1,6 @@
 /* gerbil list: the models in the Hugging Face cache. */
 #include "cli.h"
+#include "hub/hub.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ int cmd_list(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         char size[32];
         printf("%-*s  %-12s  %-12.12s  %-11s  %10s\n", w, e[i].repo, e[i].revisions[0] ? e[i].revisions : "-",
-               e[i].commit, e[i].format, cli_fmt_bytes(e[i].bytes, size, sizeof size));
+               e[i].commit, e[i].format, hub_fmt_bytes(e[i].bytes, size, sizeof size));
     }
     gerbil_hub_list_free(e, n);
     return 0;
