@@ -39,8 +39,7 @@ static const char *vtype_name(uint32_t t) {
     return t < sizeof vtype_names / sizeof *vtype_names ? vtype_names[t] : "unknown";
 }
 
-/* Bytes of one scalar of type t; 0 for string, array and unknown types. */
-static size_t scalar_size(uint32_t t) {
+size_t gguf_scalar_size(uint32_t t) {
     switch (t) {
     case GGUF_VT_U8: case GGUF_VT_I8: case GGUF_VT_BOOL: return 1;
     case GGUF_VT_U16: case GGUF_VT_I16: return 2;
@@ -118,7 +117,7 @@ static char *dup_bytes(const char *s, size_t n) {
 /* Skip one value of type t (for elements of nested arrays, which gerbil keeps as raw
  * bytes). depth counts the arrays we are inside. */
 static gerbil_status skip_value(struct cursor *c, uint32_t t, int depth, const char *what) {
-    size_t sz = scalar_size(t);
+    size_t sz = gguf_scalar_size(t);
     if (sz) {
         GB_TRY(need(c, sz, what));
         c->pos += sz;
@@ -138,7 +137,7 @@ static gerbil_status skip_value(struct cursor *c, uint32_t t, int depth, const c
     uint64_t n;
     GB_TRY(rd_u32(c, &et, what));
     GB_TRY(rd_uint(c, 8, &n, what));
-    size_t esz = scalar_size(et);
+    size_t esz = gguf_scalar_size(et);
     if (esz) { /* a block of scalars: one bounds check */
         if (n > (c->size - c->pos) / esz)
             return err_set(GERBIL_ERR_FORMAT, "%s: %s: array of %llu %s past the end of the file",
@@ -165,7 +164,7 @@ static gerbil_status rd_array(struct cursor *c, struct gguf_kv *kv, const char *
     GB_TRY(rd_uint(c, 8, &n, what));
     kv->arr_type = (enum gguf_vtype)et;
     kv->arr_n = n;
-    size_t esz = scalar_size(et);
+    size_t esz = gguf_scalar_size(et);
     if (esz) {
         if (n > (c->size - c->pos) / esz)
             return err_set(GERBIL_ERR_FORMAT, "%s: %s: array of %llu %s past the end of the file "
@@ -226,7 +225,7 @@ static gerbil_status rd_array(struct cursor *c, struct gguf_kv *kv, const char *
 
 static gerbil_status rd_value(struct cursor *c, struct gguf_kv *kv, const char *what) {
     uint32_t t = kv->type;
-    size_t sz = scalar_size(t);
+    size_t sz = gguf_scalar_size(t);
     if (sz) {
         uint64_t x;
         GB_TRY(rd_uint(c, sz, &x, what));
@@ -680,7 +679,7 @@ gerbil_status gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf
 
 int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i) {
     GB_ASSERT(kv->type == GGUF_VT_ARRAY && i < kv->arr_n && is_int_type(kv->arr_type));
-    size_t sz = scalar_size(kv->arr_type);
+    size_t sz = gguf_scalar_size(kv->arr_type);
     uint64_t x = load_le((const unsigned char *)kv->arr_data + i * sz, sz);
     switch (kv->arr_type) {
     case GGUF_VT_I8: return (int8_t)x;

@@ -90,5 +90,7 @@ gerbil_status gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf
 int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i);
 double gguf_arr_float(const struct gguf_kv *kv, uint64_t i);
 const char *gguf_vtype_name(enum gguf_vtype t); /* "u32", "string", ... */
+/* Bytes of one scalar of type t; 0 for string, array and unknown types. */
+size_t gguf_scalar_size(uint32_t t);
 
 #endif

@@ -76,19 +76,9 @@ static void put_bytes(struct gguf_writer *w, const void *p, size_t n) {
     w->kv_len += n;
 }
 
-static size_t scalar_bytes(enum gguf_vtype t) {
-    switch (t) {
-    case GGUF_VT_U8: case GGUF_VT_I8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_U16: case GGUF_VT_I16: return 2;
-    case GGUF_VT_U32: case GGUF_VT_I32: case GGUF_VT_F32: return 4;
-    case GGUF_VT_U64: case GGUF_VT_I64: case GGUF_VT_F64: return 8;
-    default: return 0;
-    }
-}
-
 /* A native scalar at p as little-endian bits. */
 static uint64_t scalar_bits(enum gguf_vtype t, const void *p) {
-    switch (scalar_bytes(t)) {
+    switch (gguf_scalar_size(t)) {
     case 1: { uint8_t v; memcpy(&v, p, 1); return t == GGUF_VT_BOOL ? v != 0 : v; }
     case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
     case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -124,7 +114,7 @@ static gerbil_status begin_kv(struct gguf_writer *w, const char *key, enum gguf_
 
 gerbil_status gguf_writer_add_scalar(struct gguf_writer *w, const char *key, enum gguf_vtype t,
                                      const void *value) {
-    size_t n = scalar_bytes(t);
+    size_t n = gguf_scalar_size(t);
     if (!n) return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: \"%s\": type %d is not a scalar",
                            key ? key : "", (int)t);
     GB_TRY(begin_kv(w, key, t, n));
@@ -163,7 +153,7 @@ gerbil_status gguf_writer_add_str(struct gguf_writer *w, const char *key, const 
 
 gerbil_status gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem,
                                   const void *elems, uint64_t n) {
-    size_t es = scalar_bytes(elem);
+    size_t es = gguf_scalar_size(elem);
     if (!es) return err_set(GERBIL_ERR_INVALID_ARG, "gguf writer: \"%s\": array element type %d is "
                             "not a scalar", key ? key : "", (int)elem);
     if (n > (SIZE_MAX - 12) / es) return err_set(GERBIL_ERR_NOMEM, "gguf writer: array too long");
