@@ -403,24 +403,7 @@ static gerbil_status build_stages(struct gerbil_tokenizer *t, const struct gv *v
 
 /* ---- the model ---- */
 static int rv_push(tk_rawvocab *rv, const char *s, size_t n, double num) {
-    if (rv->n == rv->cap) {
-        size_t cap = rv->cap ? rv->cap * 2 : 1024;
-        uint64_t *o = realloc(rv->off, cap * sizeof *o);
-        if (!o) return -1;
-        rv->off = o;
-        uint32_t *l = realloc(rv->len, cap * sizeof *l);
-        if (!l) return -1;
-        rv->len = l;
-        double *d = realloc(rv->num, cap * sizeof *d);
-        if (!d) return -1;
-        rv->num = d;
-        rv->cap = cap;
-    }
-    rv->off[rv->n] = rv->strs.n;
-    rv->len[rv->n] = (uint32_t)n;
-    rv->num[rv->n] = num;
-    rv->n++;
-    return tk_buf_put(&rv->strs, s, n);
+    return tk_rawvocab_push(rv, rv->strs.n, (uint32_t)n, num) || tk_buf_put(&rv->strs, s, n);
 }
 
 /* WordPiece: llama.cpp's "\u2581word" is HF's "word", its bare "piece" is "##piece"

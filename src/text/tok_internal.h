@@ -209,6 +209,8 @@ typedef struct tk_rawvocab {
     size_t n_merges, m_cap;
     int has_merges;
 } tk_rawvocab;
+/* Append entry (off, len, num) (off, len: a piece of v->strs); -1 when out of memory. */
+int tk_rawvocab_push(tk_rawvocab *rv, uint64_t off, uint32_t len, double num);
 void tk_rawvocab_free(tk_rawvocab *v);
 
 typedef struct tk_model {

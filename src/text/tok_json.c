@@ -230,27 +230,6 @@ static int js_empty(js *j, char close) {
     return 0;
 }
 
-static int rv_push(tk_rawvocab *rv, uint64_t off, uint32_t len, double num) {
-    if (rv->n == rv->cap) {
-        size_t cap = rv->cap ? rv->cap * 2 : 1024;
-        uint64_t *o = realloc(rv->off, cap * sizeof *o);
-        if (!o) return -1;
-        rv->off = o;
-        uint32_t *l = realloc(rv->len, cap * sizeof *l);
-        if (!l) return -1;
-        rv->len = l;
-        double *d = realloc(rv->num, cap * sizeof *d);
-        if (!d) return -1;
-        rv->num = d;
-        rv->cap = cap;
-    }
-    rv->off[rv->n] = off;
-    rv->len[rv->n] = len;
-    rv->num[rv->n] = num;
-    rv->n++;
-    return 0;
-}
-
 static int rv_merge(tk_rawvocab *rv, uint64_t a, uint64_t al, uint64_t b, uint64_t bl) {
     if (b + bl > UINT32_MAX) return -1;
     if (rv->n_merges == rv->m_cap) {
@@ -282,7 +261,7 @@ static gerbil_status read_vocab(js *j, tk_rawvocab *rv) {
             js_ws(j);
             double id;
             GB_TRY(js_num(j, &id));
-            if (rv_push(rv, off, (uint32_t)len, id)) return GERBIL_ERR_NOMEM;
+            if (tk_rawvocab_push(rv, off, (uint32_t)len, id)) return GERBIL_ERR_NOMEM;
             GB_TRY(js_next(j, '}', &more));
         }
         return GERBIL_OK;
@@ -302,7 +281,7 @@ static gerbil_status read_vocab(js *j, tk_rawvocab *rv) {
             double score;
             GB_TRY(js_num(j, &score));
             GB_TRY(js_expect(j, ']', "expected ']'"));
-            if (rv_push(rv, off, (uint32_t)len, score)) return GERBIL_ERR_NOMEM;
+            if (tk_rawvocab_push(rv, off, (uint32_t)len, score)) return GERBIL_ERR_NOMEM;
             GB_TRY(js_next(j, ']', &more));
         }
         return GERBIL_OK;
@@ -414,6 +393,27 @@ gerbil_status tk_json_read(const char *buf, size_t len, const char *path, cJSON 
         *root = NULL;
     }
     return st;
+}
+
+int tk_rawvocab_push(tk_rawvocab *rv, uint64_t off, uint32_t len, double num) {
+    if (rv->n == rv->cap) {
+        size_t cap = rv->cap ? rv->cap * 2 : 1024;
+        uint64_t *o = realloc(rv->off, cap * sizeof *o);
+        if (!o) return -1;
+        rv->off = o;
+        uint32_t *l = realloc(rv->len, cap * sizeof *l);
+        if (!l) return -1;
+        rv->len = l;
+        double *d = realloc(rv->num, cap * sizeof *d);
+        if (!d) return -1;
+        rv->num = d;
+        rv->cap = cap;
+    }
+    rv->off[rv->n] = off;
+    rv->len[rv->n] = len;
+    rv->num[rv->n] = num;
+    rv->n++;
+    return 0;
 }
 
 void tk_rawvocab_free(tk_rawvocab *v) {
