@@ -95,6 +95,7 @@ static size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
 }
 
 static size_t layer_state_floats(const struct model_config *c, int l, size_t *conv);
+static size_t recurrent_layers(const struct model_config *c, int *n_dn, int *n_sc);
 
 gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     const struct model_config *c = &m->cfg;
@@ -113,13 +114,8 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
             off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
                                     type_name((enum gb_type)t), 100.0 * by_type[t] / (double)n_elems);
     int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
-    int n_dn = 0, n_sc = 0;
-    size_t state = 0, conv;
-    for (int l = 0; l < c->n_layer; l++) {
-        n_dn += c->layer_kind[l] == LAYER_DELTANET;
-        n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
-        state += layer_state_floats(c, l, &conv);
-    }
+    int n_dn, n_sc;
+    const size_t state = recurrent_layers(c, &n_dn, &n_sc);
     char kinds[96] = "";
     if (n_dn || n_sc)
         snprintf(kinds, sizeof kinds, " (%d %s, %d attention; recurrent state %.1f MiB)", n_dn + n_sc,
@@ -179,6 +175,18 @@ static size_t layer_state_floats(const struct model_config *c, int l, size_t *co
     }
 }
 
+/* How many DeltaNet and short-conv layers; returns the floats of their state together. */
+static size_t recurrent_layers(const struct model_config *c, int *n_dn, int *n_sc) {
+    size_t total = 0, conv;
+    *n_dn = *n_sc = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        *n_dn += c->layer_kind[l] == LAYER_DELTANET;
+        *n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
+        total += layer_state_floats(c, l, &conv);
+    }
+    return total;
+}
+
 /* Recurrent layers: one block holding every layer's state (and one for its checkpoint),
  * and the activation buffers of the DeltaNet and short-convolution layers. 0 on success. */
 static int recurrent_alloc(struct gerbil_session *s) {
@@ -188,13 +196,9 @@ static int recurrent_alloc(struct gerbil_session *s) {
     const size_t D = (size_t)c->n_embd;
     s->ckpt_pos = -1;
     if (c->attn_out_gate && !(s->qg = malloc(B * 2 * (size_t)c->n_head * c->head_dim * sizeof(float)))) return -1;
-    int n_dn = 0, n_sc = 0;
-    size_t total = 0, conv;
-    for (int l = 0; l < c->n_layer; l++) {
-        n_dn += c->layer_kind[l] == LAYER_DELTANET;
-        n_sc += c->layer_kind[l] == LAYER_SHORTCONV;
-        total += layer_state_floats(c, l, &conv);
-    }
+    int n_dn, n_sc;
+    size_t conv;
+    const size_t total = recurrent_layers(c, &n_dn, &n_sc);
     if (!total) return 0;
     s->rstate_floats = total;
     s->rstate = calloc(s->rstate_floats, sizeof(float));
