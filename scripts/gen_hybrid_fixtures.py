@@ -81,7 +81,7 @@ def reinit(model, seed):
                 p.normal_(0.0, 0.5)
             elif name.endswith(".bias"):
                 p.normal_(0.0, 0.1)
-            elif p.dim() == 2:
+            elif p.dim() in (2, 3):      # Linear / Embedding / fused 3-D experts (Qwen3-Next)
                 p.normal_(0.0, 0.2)
             else:
                 raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")

@@ -41,10 +41,10 @@ import sys
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_fixtures as gf  # noqa: E402
+import gen_hybrid_fixtures as hy  # noqa: E402
 import gen_quant_fixtures as gq  # noqa: E402
 
 VOCAB = 256
@@ -61,7 +61,6 @@ BIAS = dict(BASE, num_hidden_layers=3, conv_bias=True, conv_L_cache=4, intermedi
             block_auto_adjust_ff_dim=False, tie_word_embeddings=False,
             layer_types=["full_attention", "conv", "conv"],
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-LONG_T = 150
 
 
 def log(*a):
@@ -115,33 +114,8 @@ def load(path):
     return m
 
 
-def save(model, path, dtype):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    m = copy.deepcopy(model).to(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
-    gf.set_cfg_dtype(m.config, m.dtype)
-    m.save_pretrained(path)
-    with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 1, "eos_token_id": 2, "transformers_version": transformers.__version__}, f)
-
-
-def long_ids():
-    g = torch.Generator().manual_seed(gf.PROMPT_SEED + 1)
-    return torch.randint(3, VOCAB, (LONG_T,), generator=g, dtype=torch.int64)
-
-
-def write_expected(path, ids, ref):
-    save_file({
-        "input_ids": ids.to(torch.int32).contiguous(),
-        "logits": ref["logits"].to(torch.float32).contiguous(),
-        "greedy_ids": ref["greedy"].to(torch.int32).contiguous(),
-        "greedy_margin": ref["margins"].to(torch.float32).contiguous(),
-    }, os.path.join(path, "expected.safetensors"))
-
-
-def good(ref):
-    return float(ref["margins"].min()) >= gf.MIN_MARGIN and ref["last_margin"] >= gf.MIN_MARGIN
+# shared with the Qwen3.5 generator: the same file layout, long prompt and margin rule
+save, long_ids, write_expected, good = hy.save, hy.long_ids, hy.write_expected, hy.good
 
 
 def state_np(model):

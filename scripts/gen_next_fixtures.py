@@ -68,26 +68,7 @@ def config():
     return transformers.AutoConfig.for_model("qwen3_next", **copy.deepcopy(CONFIG))
 
 
-def reinit(model, seed):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if hy.zero_centred(name):
-                p.copy_(0.2 * torch.randn_like(p))
-            elif name.endswith("linear_attn.norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("conv1d.weight"):
-                p.normal_(0.0, 0.5)
-            elif name.endswith("A_log"):
-                p.copy_(torch.log(torch.empty_like(p).uniform_(0.1, 1.0)))
-            elif name.endswith("dt_bias"):
-                p.normal_(0.0, 0.5)
-            elif name.endswith(".bias"):
-                p.normal_(0.0, 0.1)
-            elif p.dim() in (2, 3):      # Linear / Embedding / fused 3-D experts
-                p.normal_(0.0, 0.2)
-            else:
-                raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")
+reinit = hy.reinit  # the Qwen3.5 initialisation; fused 3-D experts are matrices too
 
 
 def load(path):
