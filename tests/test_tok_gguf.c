@@ -687,6 +687,43 @@ static void run_synth(const char *json, int bert) {
     gerbil_tokenizer_free(h);
 }
 
+/* The GGUF tokenizer g against the tokenizer.json one h on every text of
+ * tests/tokenizer/expected.json: the same ids, and the same text back. Frees both. */
+static void compare_on_texts(gerbil_tokenizer_t g, gerbil_tokenizer_t h, const char *name, const char *path) {
+    size_t len;
+    char *ex = read_file("tests/tokenizer/expected.json", &len);
+    cJSON *j = ex ? cJSON_Parse(ex) : NULL;
+    free(ex);
+    int same = 0, total = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "texts")) {
+        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!t) continue;
+        int32_t *a = NULL, *c = NULL;
+        int na = 0, nc = 0;
+        int ok = gerbil_tokenize(g, t, strlen(t), 0, &a, &na) == GERBIL_OK &&
+                 gerbil_tokenize(h, t, strlen(t), 0, &c, &nc) == GERBIL_OK && ids_eq(a, na, c, nc);
+        CHECKF(ok, "%s GGUF vs tokenizer.json: \"%.60s\"", name, t);
+        if (ok) {
+            char *da = NULL, *db = NULL;
+            size_t la = 0, lb = 0;
+            ok = gerbil_detokenize(g, a, na, 0, &da, &la) == GERBIL_OK && gerbil_detokenize(h, c, nc, 0, &db, &lb) == GERBIL_OK &&
+                 la == lb && !memcmp(da, db, la);
+            CHECKF(ok, "%s GGUF decode: \"%.60s\"", name, t);
+            free(da);
+            free(db);
+        }
+        same += ok;
+        total++;
+        free(a);
+        free(c);
+    }
+    printf("  %-10s %d/%d encodings and decodings as %s\n", name, same, total, path);
+    cJSON_Delete(j);
+    gerbil_tokenizer_free(g);
+    gerbil_tokenizer_free(h);
+}
+
 /* ---- llama3 / qwen3: byte-level BPE GGUFs written from the HF tokenizer.json the way
  * convert_hf_to_gguf.py does (tokens by id, "a b" merges by rank, special added tokens
  * control, other added tokens user-defined, ids without a token "[PAD<i>]" unused), then
@@ -780,38 +817,7 @@ static void run_bpe_family(const char *name, const char *pre, const char *vector
         gerbil_tokenizer_free(h);
         return;
     }
-    size_t len;
-    char *ex = read_file("tests/tokenizer/expected.json", &len);
-    cJSON *j = ex ? cJSON_Parse(ex) : NULL;
-    free(ex);
-    int same = 0, total = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "texts")) {
-        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
-        if (!t) continue;
-        int32_t *a = NULL, *c = NULL;
-        int na = 0, nc = 0;
-        int ok = gerbil_tokenize(g, t, strlen(t), 0, &a, &na) == GERBIL_OK &&
-                 gerbil_tokenize(h, t, strlen(t), 0, &c, &nc) == GERBIL_OK && ids_eq(a, na, c, nc);
-        CHECKF(ok, "%s GGUF vs tokenizer.json: \"%.60s\"", name, t);
-        if (ok) {
-            char *da = NULL, *db = NULL;
-            size_t la = 0, lb = 0;
-            ok = gerbil_detokenize(g, a, na, 0, &da, &la) == GERBIL_OK && gerbil_detokenize(h, c, nc, 0, &db, &lb) == GERBIL_OK &&
-                 la == lb && !memcmp(da, db, la);
-            CHECKF(ok, "%s GGUF decode: \"%.60s\"", name, t);
-            free(da);
-            free(db);
-        }
-        same += ok;
-        total++;
-        free(a);
-        free(c);
-    }
-    printf("  %-10s %d/%d encodings and decodings as %s\n", name, same, total, path);
-    cJSON_Delete(j);
-    gerbil_tokenizer_free(g);
-    gerbil_tokenizer_free(h);
+    compare_on_texts(g, h, name, path);
 }
 
 /* ---- gemma3: a SentencePiece ("llama") GGUF vocabulary as llama.cpp's converter writes
@@ -909,38 +915,7 @@ static void run_gemma3(void) {
           ids_eq(ids, ni, ref, nr));
     free(ids);
     free(ref);
-    size_t len;
-    char *ex = read_file("tests/tokenizer/expected.json", &len);
-    cJSON *j = ex ? cJSON_Parse(ex) : NULL;
-    free(ex);
-    int same = 0, total = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "texts")) {
-        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
-        if (!t) continue;
-        int32_t *a = NULL, *c = NULL;
-        int na = 0, nc = 0;
-        int ok = gerbil_tokenize(g, t, strlen(t), 0, &a, &na) == GERBIL_OK &&
-                 gerbil_tokenize(h, t, strlen(t), 0, &c, &nc) == GERBIL_OK && ids_eq(a, na, c, nc);
-        CHECKF(ok, "gemma3 GGUF vs tokenizer.json: \"%.60s\"", t);
-        if (ok) {
-            char *da = NULL, *db = NULL;
-            size_t la = 0, lb = 0;
-            ok = gerbil_detokenize(g, a, na, 0, &da, &la) == GERBIL_OK && gerbil_detokenize(h, c, nc, 0, &db, &lb) == GERBIL_OK &&
-                 la == lb && !memcmp(da, db, la);
-            CHECKF(ok, "gemma3 GGUF decode: \"%.60s\"", t);
-            free(da);
-            free(db);
-        }
-        same += ok;
-        total++;
-        free(a);
-        free(c);
-    }
-    printf("  %-10s %d/%d encodings and decodings as %s\n", "gemma3", same, total, path);
-    cJSON_Delete(j);
-    gerbil_tokenizer_free(g);
-    gerbil_tokenizer_free(h);
+    compare_on_texts(g, h, "gemma3", path);
 }
 
 int main(void) {
