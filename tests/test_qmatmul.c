@@ -23,9 +23,19 @@
  *  - MLX quantizes x to 16 bits in blocks of 32 (step d_b = max|x| / 32767) and sums
  *    the bias terms over the quantized x too, so the product error is again
  *    w . (x~ - x): A as above with 32767 for 127; S = sum_i 2 (|w_i| + |b_g| +
- *    255 |s_g|) |x_i| (s q and b can be much larger than w where they cancel). */
+ *    255 |s_g|) |x_i| (s q and b can be much larger than w where they cancel).
+ *
+ * Those run with the bf16 prefill path (gemm_bf16_avx512.c) switched off; test_gemm
+ * covers it where the CPU has AVX512-BF16: GGML and MLX weights with n_in % 256 == 0,
+ * row counts around its 32-row panels, K blocks (512) with a partial last one, token
+ * counts around its 12-token tiles. w and x are each rounded to bf16 (relative error
+ * 2^-9) and the products summed in f32, so the bound is
+ *   (2^-8 + n_in 2^-24) 1.01 sum_i |w_i x_i| + 1e-5 S.
+ * The same bits for 1, 2 and 3 threads and for a token alone, and different bits from
+ * the integer kernels (so the path is the one that ran). */
 #include "test.h"
 
+#include "backend/cpu/gemm_bf16_avx512.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
@@ -251,6 +261,107 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
     }
 }
 
+/* One weight (GGML type t, or MLX bits/gs when bits > 0) through the bf16 GEMM. */
+static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, unsigned long long *seed) {
+    static const int toks[] = {1, 5, 12, 13, 30};
+    char what[64];
+    struct gb_weight w = {.n_out = n_out, .n_in = n_in};
+    void *data, *sc = NULL, *bi = NULL;
+    float *src = malloc((size_t)n_in * sizeof *src);
+    if (bits) {
+        enum gb_type sbt = gs == 32 ? GB_TYPE_BF16 : gs == 64 ? GB_TYPE_F16 : GB_TYPE_F32;
+        size_t rb = (size_t)n_in * bits / 8, esz = type_traits(sbt)->type_size, ng = (size_t)(n_in / gs);
+        data = malloc(rb * n_out);
+        sc = malloc(n_out * ng * esz);
+        bi = malloc(n_out * ng * esz);
+        for (int o = 0; o < n_out; o++) {
+            float scale = 0.01f + (float)(test_rand_u64(seed) % 1000) / 100.0f;
+            for (int i = 0; i < n_in; i++) src[i] = test_rand_f(seed) * scale + (o % 2 ? scale : 0.0f);
+            quantize_row_mlx_ref(src, (uint32_t *)((char *)data + o * rb), (char *)sc + o * ng * esz,
+                                 (char *)bi + o * ng * esz, sbt, bits, gs, n_in);
+        }
+        w = (struct gb_weight){.kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = n_out, .n_in = n_in, .data = data,
+                               .row_bytes = rb, .bits = bits, .group_size = gs, .sb_type = sbt, .scales = sc,
+                               .biases = bi};
+        snprintf(what, sizeof what, "gemm mlx%d gs%d", bits, gs);
+    } else {
+        size_t rb = type_row_size(t, n_in);
+        data = malloc(rb * n_out);
+        for (int o = 0; o < n_out; o++) {
+            float scale = 0.01f + (float)(test_rand_u64(seed) % 1000) / 100.0f;
+            for (int i = 0; i < n_in; i++) src[i] = test_rand_f(seed) * scale + (o % 3 == 0 ? scale * 0.5f : 0.0f);
+            quant_fns(t).from_float(src, (char *)data + o * rb, n_in);
+        }
+        w = (struct gb_weight){.kind = GB_WEIGHT_PLAIN, .type = t, .n_out = n_out, .n_in = n_in, .data = data,
+                               .row_bytes = rb};
+        snprintf(what, sizeof what, "gemm %s", type_name(t));
+    }
+    w.name = what;
+    CHECKF(gemm_bf16_supports(&w), "%s: not supported", what);
+    float *deq = malloc((size_t)n_out * n_in * sizeof *deq);
+    for (int o = 0; o < n_out; o++) weight_get_row(&w, o, deq + (size_t)o * n_in);
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        int n_tok = toks[k];
+        size_t ny = (size_t)n_tok * n_out;
+        float *x = malloc((size_t)n_tok * n_in * sizeof *x);
+        for (int i = 0; i < n_tok * n_in; i++) x[i] = test_rand_f(seed) * (1.0f + (float)(i % 7));
+        float *yref = poisoned(ny), *tol = malloc(ny * sizeof *tol), *y[3], *yint = poisoned(ny), *y1 = poisoned(n_out);
+        matmul_w_ref(yref, x, &w, n_tok);
+        for (int t2 = 0; t2 < n_tok; t2++)
+            for (int o = 0; o < n_out; o++) {
+                double a = 0.0;
+                for (int i = 0; i < n_in; i++) a += fabs((double)deq[(size_t)o * n_in + i] * x[(size_t)t2 * n_in + i]);
+                tol[(size_t)t2 * n_out + o] = (float)((0x1p-8 + n_in * 0x1p-24) * 1.01 * a + 1e-30);
+            }
+        size_t ws = matmul_w_work_size(&w, n_tok);
+        void *work = malloc(ws);
+        qmatmul_set_gemm_min_tok(1);
+        for (int p = 0; p < 3; p++) {
+            y[p] = poisoned(ny);
+            matmul_w(pools[p], y[p], x, &w, n_tok, work);
+        }
+        int bad = 0, same1 = 1;
+        for (int t2 = 0; t2 < n_tok; t2++) {
+            matmul_w(pools[0], y1, x + (size_t)t2 * n_in, &w, 1, work);
+            same1 &= memcmp(y1, y[0] + (size_t)t2 * n_out, sizeof(float) * n_out) == 0;
+        }
+        qmatmul_set_gemm_min_tok(0);
+        matmul_w(pools[0], yint, x, &w, n_tok, work);
+        qmatmul_set_gemm_min_tok(-1);
+        for (size_t i = 0; i < ny; i++) {
+            double e = fabs((double)y[0][i] - yref[i]);
+            if (!(e <= tol[i]) && bad++ < 3)
+                fprintf(stderr, "%s n_in %d n_out %d n_tok %d: y[%zu] = %g, ref %g, tol %g\n", what, n_in, n_out,
+                        n_tok, i, y[0][i], yref[i], tol[i]);
+        }
+        CHECKF(bad == 0, "%s n_in %d n_out %d n_tok %d: %d outputs out of bound", what, n_in, n_out, n_tok, bad);
+        CHECKF(memcmp(y[0], y[1], ny * sizeof(float)) == 0 && memcmp(y[0], y[2], ny * sizeof(float)) == 0,
+               "%s n_in %d n_out %d n_tok %d: results depend on the thread count", what, n_in, n_out, n_tok);
+        CHECKF(same1, "%s n_in %d n_out %d n_tok %d: a token's result depends on the tokens beside it", what, n_in,
+               n_out, n_tok);
+        CHECKF(memcmp(y[0], yint, ny * sizeof(float)) != 0, "%s n_in %d n_out %d n_tok %d: same bits as the integer "
+               "kernels: the bf16 path did not run", what, n_in, n_out, n_tok);
+        for (int p = 0; p < 3; p++) free(y[p]);
+        free(x); free(yref); free(tol); free(yint); free(y1); free(work);
+    }
+    free(deq); free(src); free(data); free(sc); free(bi);
+}
+
+static void test_gemm(unsigned long long *seed) {
+    static const enum gb_type types[] = {GB_TYPE_Q4_K, GB_TYPE_Q6_K, GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q5_K,
+                                         GB_TYPE_Q2_K, GB_TYPE_Q5_1};
+    static const int ins[] = {256, 1280}, outs[] = {1, 31, 33, 70};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t b = 0; b < 4; b++) {
+            if (a == 1 && (b == 0 || b == 2)) continue; /* the long rows: one panel and a partial second */
+            for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) gemm_case(types[i], 0, 0, ins[a], outs[b], seed);
+            gemm_case(GB_TYPE_U32, 4, 64, ins[a], outs[b], seed);
+            gemm_case(GB_TYPE_U32, 4, 32, ins[a], outs[b], seed);
+            gemm_case(GB_TYPE_U32, 8, 128, ins[a], outs[b], seed);
+            gemm_case(GB_TYPE_U32, 3, 64, ins[a], outs[b], seed);
+        }
+}
+
 /* A float weight goes through matmul(): same answer as calling it directly. */
 static void test_plain(unsigned long long *seed) {
     int n_in = 64, n_out = 9, n_tok = 3;
@@ -280,6 +391,7 @@ int main(void) {
     else
         printf("AVX-512 MLX and Q8_0 kernels: SKIPPED (this CPU lacks AVX-512 F/BW/VL/VNNI; not counted as "
                "passes)\n");
+    qmatmul_set_gemm_min_tok(0); /* the integer kernels; test_gemm the bf16 path */
     static const enum gb_type types[] = {GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q4_1, GB_TYPE_Q5_0, GB_TYPE_Q5_1,
                                          GB_TYPE_Q2_K, GB_TYPE_Q3_K, GB_TYPE_Q4_K, GB_TYPE_Q5_K, GB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) test_ggml(types[i], &seed);
@@ -288,6 +400,13 @@ int main(void) {
     int k = 0;
     for (int b = 0; b < 5; b++)
         for (int g = 0; g < 3; g++) test_mlx(bits[b], gss[g], sbts[k++ % 3], &seed);
+    qmatmul_set_gemm_min_tok(-1);
+    if (qmatmul_has_bf16()) {
+        printf("bf16 prefill GEMM: tested\n");
+        test_gemm(&seed);
+    } else {
+        printf("bf16 prefill GEMM: SKIPPED (this CPU lacks AVX512-BF16; not counted as a pass)\n");
+    }
     test_plain(&seed);
     for (int p = 0; p < 3; p++) tp_free(pools[p]);
     return test_done();

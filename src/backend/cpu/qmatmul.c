@@ -31,6 +31,7 @@
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
 #include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
+#include "backend/cpu/gemm_bf16_avx512.h" /* prefill through bf16, where AVX512-BF16 is */
 
 #include <math.h>
 #include <stdatomic.h>
@@ -68,6 +69,84 @@ int qmatmul_has_avx512(void) {
 }
 
 void qmatmul_disable_avx512(int on) { atomic_store_explicit(&avx512_off, on ? 1 : 0, memory_order_relaxed); }
+
+int qmatmul_has_bf16(void) {
+#ifdef GERBIL_HAVE_X86
+    static _Atomic int has = -1;
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512bf16");
+        atomic_store_explicit(&has, h, memory_order_relaxed);
+    }
+    return h && qmatmul_has_avx512();
+#else
+    return 0;
+#endif
+}
+
+/* Prompts of at least this many tokens go through the bf16 GEMM (gemm_bf16_avx512.c).
+ * Measured (bench_qmatmul, 1024 x 3072, Zen 5): see qmatmul_set_gemm_min_tok. */
+enum { GEMM_MIN_TOK_DEFAULT = 16 };
+static _Atomic int gemm_min_tok = GEMM_MIN_TOK_DEFAULT;
+
+void qmatmul_set_gemm_min_tok(int n) {
+    atomic_store_explicit(&gemm_min_tok, n < 0 ? GEMM_MIN_TOK_DEFAULT : n, memory_order_relaxed);
+}
+
+/* ---- the bf16 GEMM path: x to bf16 once, row panels of 32 over the threads ---------- */
+
+enum { GEMM_ROWS = 32 };
+
+struct gjob {
+    float *y;
+    const float *x;
+    const struct gb_weight *w;
+    uint16_t *xb;
+    int n_tok, chunk;
+    _Atomic int next;
+};
+
+static void gemm_prep_worker(void *ctx, int ith, int nth) {
+    struct gjob *j = ctx;
+    long lo, hi;
+    tp_range(j->n_tok, ith, nth, &lo, &hi);
+    size_t n = (size_t)j->w->n_in;
+    for (long t = lo; t < hi; t++) gemm_bf16_x_avx512(j->x + (size_t)t * n, (int)n, j->xb + (size_t)t * n);
+}
+
+static void gemm_worker(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    struct gjob *j = ctx;
+    int n_out = (int)j->w->n_out;
+    for (;;) {
+        long o = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
+        if (o >= n_out) return;
+        int nr = n_out - o < j->chunk ? n_out - (int)o : j->chunk;
+        gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xb, (size_t)j->w->n_in, j->n_tok, j->y, (size_t)n_out);
+    }
+}
+
+/* 1 when it ran (the CPU, the format and n_tok allow it). */
+static int gemm_bf16(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
+#ifdef GERBIL_HAVE_X86
+    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
+    if (min_tok == 0 || n_tok < min_tok || !qmatmul_has_bf16() || !gemm_bf16_supports(w)) return 0;
+    struct gjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .chunk = GEMM_ROWS};
+    j.xb = (uint16_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    atomic_init(&j.next, 0);
+    int nth = tp_n_threads(tp);
+    if (nth > 1 && n_tok >= 4) tp_run(tp, gemm_prep_worker, &j);
+    else gemm_prep_worker(&j, 0, 1);
+    if (nth > 1) tp_run(tp, gemm_worker, &j);
+    else gemm_worker(&j, 0, 1);
+    return 1;
+#else
+    (void)tp; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
+    return 0;
+#endif
+}
 
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
@@ -618,14 +697,18 @@ static int is_float_plain(const struct gb_weight *w) {
 }
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
-    if (n_tok <= 0) return 0;
-    if (w->kind == GB_WEIGHT_MLX) /* room for either activation layout (qx128 is the larger), aligned */
-        return 64 + (size_t)n_tok * ((size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) +
-                                (size_t)(w->n_in / w->group_size) * sizeof(float));
-    if (is_float_plain(w)) return 0;
-    struct qkernel k = qkernel_of(w->type);
-    size_t a = act_row_bytes(k.act, w->n_in), b = act_row_bytes(k.fast_act, w->n_in);
-    return 64 + (size_t)n_tok * (a > b ? a : b); /* either kernel's activations, 64-byte aligned */
+    if (n_tok <= 0 || is_float_plain(w)) return 0;
+    size_t a, b;
+    if (w->kind == GB_WEIGHT_MLX) { /* either activation layout (qx128 is the larger) */
+        a = (size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) + (size_t)(w->n_in / w->group_size) * sizeof(float);
+    } else {
+        struct qkernel k = qkernel_of(w->type);
+        a = act_row_bytes(k.act, w->n_in);
+        b = act_row_bytes(k.fast_act, w->n_in);
+        if (b > a) a = b;
+    }
+    b = (size_t)w->n_in * sizeof(uint16_t); /* the bf16 GEMM's x */
+    return 64 + (size_t)n_tok * (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
@@ -635,6 +718,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         matmul(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
         return;
     }
+    if (cpu_has_avx2() && gemm_bf16(tp, y, x, w, n_tok, work)) return;
     struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
     atomic_init(&j.next, 0);
     if (w->kind == GB_WEIGHT_MLX) {
