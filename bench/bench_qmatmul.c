@@ -14,7 +14,10 @@
  * With "l3": only 2000 decode calls and 20 prefill calls on one matrix with the fast
  * kernels and 1 thread, timed by thread CPU time (unaffected by time slicing on a busy
  * machine; still by a busy SMT sibling), also for `perf stat`. "l3-no512": the same
- * with the AVX-512 kernels switched off (VNNI or AVX2 ones), for A/B ratios. */
+ * with the AVX-512 kernels switched off (VNNI or AVX2 ones), for A/B ratios.
+ * With "gemm": per-token kernels against the prefill GEMM for 1..128 tokens (1 thread,
+ * thread CPU time), where qmatmul.c's GEMM_MIN_TOK_DEFAULT comes from. */
+#include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
@@ -28,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { N_IN = 1024, N_OUT = 3072, PREFILL_TOK = 128, MAX_CALLS = 4096 };
+enum { N_IN = 1024, N_OUT = 3072, PREFILL_TOK = 128, MAX_TOK = 512, MAX_CALLS = 4096 };
 #define BIG_BYTES ((size_t)512 << 20)
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -95,6 +98,12 @@ static struct gb_weight *make_set(const struct fmt *f, int *n_w_out, void **mem_
     return ws;
 }
 
+static double thread_cpu_s(void) {
+    struct timespec c;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+    return (double)c.tv_sec + (double)c.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -102,6 +111,29 @@ static int cmp_double(const void *a, const void *b) {
 
 static void call(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
     matmul_w(tp, y, x, w, n_tok, work);
+}
+
+/* "gemm" mode: one matrix, 1 thread, thread CPU time: the per-token kernels against the
+ * prefill GEMM (gemm_avx512.c) for growing token counts (where the GEMM starts to pay). */
+static void gemm_crossover(threadpool_t *tp, const char *name, const struct gb_weight *w, float *y, const float *x,
+                           void *work) {
+    static const int toks[] = {1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 512};
+    printf("%s: GFLOP/s of thread CPU time, per-token kernels / GEMM:", name);
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        int n_tok = toks[k];
+        double g[2];
+        for (int m = 0; m < 2; m++) {
+            qmatmul_set_gemm_min_tok(m ? 1 : 0);
+            int reps = 1 + 2048 / n_tok;
+            call(tp, y, x, w, n_tok, work);
+            double t0 = thread_cpu_s();
+            for (int r = 0; r < reps; r++) call(tp, y, x, w, n_tok, work);
+            g[m] = 2.0 * reps * n_tok * N_IN * N_OUT / (thread_cpu_s() - t0) * 1e-9;
+        }
+        printf("  %d: %.0f / %.0f", n_tok, g[0], g[1]);
+    }
+    qmatmul_set_gemm_min_tok(-1);
+    printf("\n");
 }
 
 static void measure(threadpool_t *tp, const struct gb_weight *ws, int n_w, int n_tok, float *y, const float *x,
@@ -129,8 +161,8 @@ int main(int argc, char **argv) {
         {"MLX4", 4, GB_TYPE_U32, 0},  {"MLX8", 8, GB_TYPE_U32, 0},
     };
     threadpool_t *tps[2] = {tp_create(1), tp_create(2)};
-    float *x = malloc(sizeof(float) * N_IN * PREFILL_TOK), *y = malloc(sizeof(float) * N_OUT * PREFILL_TOK);
-    for (int i = 0; i < N_IN * PREFILL_TOK; i++) x[i] = frand();
+    float *x = malloc(sizeof(float) * N_IN * MAX_TOK), *y = malloc(sizeof(float) * N_OUT * MAX_TOK);
+    for (int i = 0; i < N_IN * MAX_TOK; i++) x[i] = frand();
     printf("matmul_w %d x %d, AVX2: %s, AVX512-VNNI: %s, AVX-512 MLX: %s\n", N_OUT, N_IN,
            cpu_has_avx2() ? "yes" : "no", qmatmul_has_vnni() ? "yes" : "no", qmatmul_has_avx512() ? "yes" : "no");
     printf("%-5s %-6s %3s  %-17s  %-17s   %s\n", "fmt", "kernel", "thr", "decode GB/s, L3", "decode GB/s, DRAM",
@@ -141,8 +173,15 @@ int main(int argc, char **argv) {
         void *mem;
         struct gb_weight *ws = make_set(&fmts[f], &n_w, &mem);
         size_t wbytes = weight_nbytes(&ws[0]);
-        size_t wsz = matmul_w_work_size(&ws[0], PREFILL_TOK);
+        size_t wsz = matmul_w_work_size(&ws[0], MAX_TOK);
         void *work = malloc(wsz + 64);
+        if (argc > 3 && strcmp(argv[3], "gemm") == 0) {
+            gemm_crossover(tps[0], fmts[f].name, &ws[0], y, x, work);
+            free(work);
+            free(ws);
+            free(mem);
+            continue;
+        }
         if (argc > 3 && (strcmp(argv[3], "l3") == 0 || strcmp(argv[3], "l3-no512") == 0)) {
             qmatmul_disable_avx512(strcmp(argv[3], "l3-no512") == 0); /* A/B: the VNNI or AVX2 kernels */
             struct timespec c0, c1;

@@ -216,9 +216,10 @@ static void check_activation_ops(threadpool_t *const pools[3]) {
 
 /* op_attention over an f16 cache against a two-pass softmax in double: random q, k, v,
  * n_tok queries at pos0.. (keys across 64-position blocks), GQA, with and without a
- * window; bit-identical for pools of 1..3 threads and for the batch fed one token at a
- * time (decode). On AVX-512 machines this is the attn_avx512.c path, else the scalar/AVX2
- * one. */
+ * window; bit-identical for pools of 1..3 threads; the batch and the same tokens fed one
+ * at a time (decode) each within 2e-5 of the reference (on AVX-512 they sum the scores in
+ * different orders). On AVX-512 machines this is the attn_avx512.c path, else the
+ * scalar/AVX2 one. */
 static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_head, int n_head_kv, int hd,
                             int window) {
     int n_ctx = pos0 + n_tok, kvw = n_head_kv * hd, qw = n_head * hd, group = n_head / n_head_kv;
@@ -265,9 +266,11 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
             for (int d = 0; d < hd; d++) {
                 double o = 0.0;
                 for (int j = j0; j <= pos; j++) o += sc[j] / sum * f16_to_f32(vc[(size_t)j * kvw + (size_t)kvh * hd + d]);
-                float got = out[0][(size_t)t * qw + (size_t)h * hd + d];
-                if (!(fabs(got - o) <= 2e-5)) {
-                    if (bad++ < 3) fprintf(stderr, "attention t %d h %d d %d: %g, ref %g\n", t, h, d, got, o);
+                for (int p = 0; p < 4; p += 3) { /* the batch and the one-by-one run */
+                    float got = out[p][(size_t)t * qw + (size_t)h * hd + d];
+                    if (!(fabs(got - o) <= 2e-5) && bad++ < 3)
+                        fprintf(stderr, "attention %s t %d h %d d %d: %g, ref %g\n", p ? "one by one" : "batch", t, h,
+                                d, got, o);
                 }
             }
         }
@@ -276,8 +279,6 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
            n_head_kv, hd, window, bad);
     CHECKF(memcmp(out[0], out[1], ny) == 0 && memcmp(out[0], out[2], ny) == 0,
            "attention n_tok %d hd %d window %d: results depend on the thread count", n_tok, hd, window);
-    CHECKF(memcmp(out[0], out[3], ny) == 0, "attention n_tok %d hd %d window %d: batch and one-by-one differ", n_tok,
-           hd, window);
     for (int p = 0; p < 4; p++) free(out[p]);
     free(kc); free(vc); free(q); free(scratch); free(sc);
 }

@@ -25,17 +25,19 @@
  *    w . (x~ - x): A as above with 32767 for 127; S = sum_i 2 (|w_i| + |b_g| +
  *    255 |s_g|) |x_i| (s q and b can be much larger than w where they cancel).
  *
- * Those run with the bf16 prefill path (gemm_bf16_avx512.c) switched off; test_gemm
- * covers it where the CPU has AVX512-BF16: GGML and MLX weights with n_in % 256 == 0,
- * row counts around its 32-row panels, K blocks (512) with a partial last one, token
- * counts around its 12-token tiles. w and x are each rounded to bf16 (relative error
- * 2^-9) and the products summed in f32, so the bound is
- *   (2^-8 + n_in 2^-24) 1.01 sum_i |w_i x_i| + 1e-5 S.
+ * Those run with the bf16 prefill path (gemm_avx512.c) switched off; test_gemm
+ * covers it where the CPU has AVX512-BF16: GGML and MLX weights, rows of whole and partial
+ * 256-element chunks, row counts around its 32-row panels, K blocks (512) with a partial last one, token
+ * counts around its tiles. GGML types go through bf16: w and x are each rounded to bf16
+ * (relative error 2^-9) and the products summed in f32, so the bound is
+ *   (2^-8 + n_in 2^-24) 1.01 sum_i |w_i x_i|;
+ * MLX 4/8-bit through 16-bit integers with one x step per weight group: the MLX bound
+ * above with the group for the block (other MLX widths stay on the per-token kernels).
  * The same bits for 1, 2 and 3 threads and for a token alone, and different bits from
  * the integer kernels (so the path is the one that ran). */
 #include "test.h"
 
-#include "backend/cpu/gemm_bf16_avx512.h"
+#include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
@@ -297,7 +299,10 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
         snprintf(what, sizeof what, "gemm %s", type_name(t));
     }
     w.name = what;
-    CHECKF(gemm_bf16_supports(&w), "%s: not supported", what);
+    enum gemm_kind kind = gemm_kind_of(&w);
+    CHECKF(kind == (!bits ? GEMM_BF16 : bits == 4 || bits == 8 ? GEMM_MLX16 : GEMM_NONE), "%s: gemm kind %d", what,
+           (int)kind);
+    if (kind == GEMM_NONE) { free(src); free(data); free(sc); free(bi); return; }
     float *deq = malloc((size_t)n_out * n_in * sizeof *deq);
     for (int o = 0; o < n_out; o++) weight_get_row(&w, o, deq + (size_t)o * n_in);
     for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
@@ -309,9 +314,24 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
         matmul_w_ref(yref, x, &w, n_tok);
         for (int t2 = 0; t2 < n_tok; t2++)
             for (int o = 0; o < n_out; o++) {
-                double a = 0.0;
-                for (int i = 0; i < n_in; i++) a += fabs((double)deq[(size_t)o * n_in + i] * x[(size_t)t2 * n_in + i]);
-                tol[(size_t)t2 * n_out + o] = (float)((0x1p-8 + n_in * 0x1p-24) * 1.01 * a + 1e-30);
+                const float *xt = x + (size_t)t2 * n_in, *wr = deq + (size_t)o * n_in;
+                double a = 0.0, sum = 0.0;
+                if (kind == GEMM_BF16) {
+                    for (int i = 0; i < n_in; i++) a += fabs((double)wr[i] * xt[i]);
+                    tol[(size_t)t2 * n_out + o] = (float)((0x1p-8 + n_in * 0x1p-24) * 1.01 * a + 1e-30);
+                    continue;
+                }
+                for (int g = 0; g < n_in / gs; g++) { /* MLX: 16-bit x per group, as the header says */
+                    float amax = 0.0f;
+                    for (int i = g * gs; i < (g + 1) * gs; i++) amax = fmaxf(amax, fabsf(xt[i]));
+                    size_t gi = (size_t)o * (n_in / gs) + g;
+                    double m = fabs(sb_get(w.sb_type, bi, gi)) + 255.0 * fabs(sb_get(w.sb_type, sc, gi));
+                    for (int i = g * gs; i < (g + 1) * gs; i++) {
+                        a += fabs(wr[i]) * (amax / 32767.0) / 2.0;
+                        sum += 2.0 * (fabs(wr[i]) + m) * fabs(xt[i]);
+                    }
+                }
+                tol[(size_t)t2 * n_out + o] = (float)(1.001 * a + 1e-5 * sum + 1e-30);
             }
         size_t ws = matmul_w_work_size(&w, n_tok);
         void *work = malloc(ws);
@@ -350,11 +370,14 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
 static void test_gemm(unsigned long long *seed) {
     static const enum gb_type types[] = {GB_TYPE_Q4_K, GB_TYPE_Q6_K, GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q5_K,
                                          GB_TYPE_Q2_K, GB_TYPE_Q5_1};
-    static const int ins[] = {256, 1280}, outs[] = {1, 31, 33, 70};
+    /* k-quants: one 256-block, and 2.5 K blocks of 512; the others: half a 256-chunk, and
+     * 2 K blocks + 384 (a 256-chunk and a partial one) */
+    static const int ins_k[] = {256, 1280}, ins[] = {128, 1408}, outs[] = {1, 31, 33, 70};
     for (size_t a = 0; a < 2; a++)
         for (size_t b = 0; b < 4; b++) {
             if (a == 1 && (b == 0 || b == 2)) continue; /* the long rows: one panel and a partial second */
-            for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) gemm_case(types[i], 0, 0, ins[a], outs[b], seed);
+            for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+                gemm_case(types[i], 0, 0, type_traits(types[i])->block_size == QK_K ? ins_k[a] : ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 4, 64, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 4, 32, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 8, 128, ins[a], outs[b], seed);

@@ -31,7 +31,7 @@
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
 #include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
-#include "backend/cpu/gemm_bf16_avx512.h" /* prefill through bf16, where AVX512-BF16 is */
+#include "backend/cpu/gemm_avx512.h" /* prefill through bf16, where AVX512-BF16 is */
 
 #include <math.h>
 #include <stdatomic.h>
@@ -85,7 +85,7 @@ int qmatmul_has_bf16(void) {
 #endif
 }
 
-/* Prompts of at least this many tokens go through the bf16 GEMM (gemm_bf16_avx512.c).
+/* Prompts of at least this many tokens go through the prefill GEMMs (gemm_avx512.c).
  * Measured (bench_qmatmul, 1024 x 3072, Zen 5): see qmatmul_set_gemm_min_tok. */
 enum { GEMM_MIN_TOK_DEFAULT = 16 };
 static _Atomic int gemm_min_tok = GEMM_MIN_TOK_DEFAULT;
@@ -94,7 +94,8 @@ void qmatmul_set_gemm_min_tok(int n) {
     atomic_store_explicit(&gemm_min_tok, n < 0 ? GEMM_MIN_TOK_DEFAULT : n, memory_order_relaxed);
 }
 
-/* ---- the bf16 GEMM path: x to bf16 once, row panels of 32 over the threads ---------- */
+/* ---- the prefill GEMMs (gemm_avx512.c): x prepared once, row panels of 32 over
+ * the threads --------------------------------------------------------------------------- */
 
 enum { GEMM_ROWS = 32 };
 
@@ -102,8 +103,10 @@ struct gjob {
     float *y;
     const float *x;
     const struct gb_weight *w;
-    uint16_t *xb;
-    int n_tok, chunk;
+    enum gemm_kind kind;
+    uint32_t *xp;      /* x in GEMM tiles (bf16, or 16-bit integers for MLX), then */
+    float *xd, *xsum;  /* MLX: per token and group, the step and the sum of the quantized x */
+    int n_tok, ng, chunk;
     _Atomic int next;
 };
 
@@ -112,7 +115,13 @@ static void gemm_prep_worker(void *ctx, int ith, int nth) {
     long lo, hi;
     tp_range(j->n_tok, ith, nth, &lo, &hi);
     size_t n = (size_t)j->w->n_in;
-    for (long t = lo; t < hi; t++) gemm_bf16_x_avx512(j->x + (size_t)t * n, (int)n, j->xb + (size_t)t * n);
+    for (long t = lo; t < hi; t++) {
+        if (j->kind == GEMM_BF16)
+            gemm_bf16_x_avx512(j->x + (size_t)t * n, (int)n, (int)t, j->xp);
+        else
+            gemm_mlx_x_avx512(j->x + (size_t)t * n, (int)n, j->w->group_size, (int)t, j->xp,
+                              j->xd + (size_t)t * (size_t)j->ng, j->xsum + (size_t)t * (size_t)j->ng);
+    }
 }
 
 static void gemm_worker(void *ctx, int ith, int nth) {
@@ -124,17 +133,26 @@ static void gemm_worker(void *ctx, int ith, int nth) {
         long o = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (o >= n_out) return;
         int nr = n_out - o < j->chunk ? n_out - (int)o : j->chunk;
-        gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xb, (size_t)j->w->n_in, j->n_tok, j->y, (size_t)n_out);
+        if (j->kind == GEMM_BF16)
+            gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xp, j->n_tok, j->y, (size_t)n_out);
+        else
+            gemm_mlx_rows_avx512(j->w, (int)o, nr, j->xp, j->xd, j->xsum, (size_t)j->ng, j->n_tok, j->y, (size_t)n_out);
     }
 }
 
 /* 1 when it ran (the CPU, the format and n_tok allow it). */
-static int gemm_bf16(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
+static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
 #ifdef GERBIL_HAVE_X86
     int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
-    if (min_tok == 0 || n_tok < min_tok || !qmatmul_has_bf16() || !gemm_bf16_supports(w)) return 0;
-    struct gjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .chunk = GEMM_ROWS};
-    j.xb = (uint16_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    if (min_tok == 0 || n_tok < min_tok || !qmatmul_has_bf16()) return 0;
+    struct gjob j = {.y = y, .x = x, .w = w, .kind = gemm_kind_of(w), .n_tok = n_tok, .chunk = GEMM_ROWS};
+    if (j.kind == GEMM_NONE) return 0;
+    j.xp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    if (j.kind == GEMM_MLX16) {
+        j.ng = (int)(w->n_in / w->group_size);
+        j.xd = (float *)(j.xp + gemm_x_words(n_tok, (int)w->n_in, GEMM_TM));
+        j.xsum = j.xd + (size_t)n_tok * (size_t)j.ng;
+    }
     atomic_init(&j.next, 0);
     int nth = tp_n_threads(tp);
     if (nth > 1 && n_tok >= 4) tp_run(tp, gemm_prep_worker, &j);
@@ -707,8 +725,12 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
         b = act_row_bytes(k.fast_act, w->n_in);
         if (b > a) a = b;
     }
-    b = (size_t)w->n_in * sizeof(uint16_t); /* the bf16 GEMM's x */
-    return 64 + (size_t)n_tok * (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
+    a *= (size_t)n_tok;
+    /* the GEMMs' x: 12-token tiles of bf16 pairs, or 6-token tiles of 16-bit pairs + 2 floats per group */
+    b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TT) * 4;
+    if (w->kind == GB_WEIGHT_MLX)
+        b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TM) * 4 + (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
+    return 64 + (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
@@ -718,7 +740,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         matmul(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
         return;
     }
-    if (cpu_has_avx2() && gemm_bf16(tp, y, x, w, n_tok, work)) return;
+    if (cpu_has_avx2() && gemm_run(tp, y, x, w, n_tok, work)) return;
     struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
     atomic_init(&j.next, 0);
     if (w->kind == GB_WEIGHT_MLX) {
