@@ -12,11 +12,13 @@
  *    RMS, so the bound is 0.2 x RMS, top-1 must agree wherever the reference's top-2
  *    margin exceeds twice the observed error, and greedy must agree until a step
  *    whose reference margin is that close.
- * The prompt's logits are checked twice: from one call (prompts of 16 or more tokens take
- * the bf16 prefill GEMM where the CPU has AVX512-BF16) and from one token per call (the
- * decode kernels, which also make the greedy continuation); "observed error" is the
+ * The prompt's logits are checked twice: from one call with the prefill GEMMs forced
+ * for any length (where the CPU has AVX512-BF16; by default prompts of 48 or more tokens
+ * take them: bf16 for GGML types, 16-bit integers for MLX) and from one token per call (the
+ * per-token kernels, which also make the greedy continuation); "observed error" is the
  * larger of the two. */
 #include "gerbil.h"
+#include "backend/cpu/gemm_avx512.h"
 #include "io/safetensors.h"
 #include "test.h"
 
@@ -70,7 +72,9 @@ static void test_fixture(const char *name, int reference) {
     gerbil_session_t sess;
     CHECK(gerbil_session_new(m, &sp, &sess) == GERBIL_OK);
     float *lg = malloc((size_t)T * V * sizeof(float));
+    qmatmul_set_gemm_min_tok(1); /* the prompt through the prefill GEMMs, however short */
     CHECK(gerbil_session_eval(sess, ids->data, T, lg, 1) == GERBIL_OK);
+    qmatmul_set_gemm_min_tok(-1);
 
     /* the prompt again one token per call: decode's kernels (the prompt may have gone
      * through the bf16 prefill GEMM instead) */

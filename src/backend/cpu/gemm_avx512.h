@@ -27,7 +27,7 @@ enum gemm_kind gemm_kind_of(const struct gb_weight *w);
 /* x is stored for the GEMMs in tiles of GEMM_TT (bf16) or GEMM_TM (MLX) tokens: u32 pair p
  * (elements 2p, 2p + 1) of token t at xp[((t / T) (n / 2) + p) T + t % T]; a buffer for
  * n_tok tokens holds gemm_x_words() u32. */
-enum { GEMM_TT = 12, GEMM_TM = 6 };
+enum { GEMM_TT = 12, GEMM_TM = 12 };
 static inline size_t gemm_x_words(int n_tok, int n, int T) { return (size_t)((n_tok + T - 1) / T * T) * (size_t)(n / 2); }
 
 /* Token t's row x (n elements, n % 32 == 0) rounded to bf16 (nearest even) into xp. */

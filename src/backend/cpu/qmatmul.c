@@ -85,9 +85,12 @@ int qmatmul_has_bf16(void) {
 #endif
 }
 
-/* Prompts of at least this many tokens go through the prefill GEMMs (gemm_avx512.c).
- * Measured (bench_qmatmul, 1024 x 3072, Zen 5): see qmatmul_set_gemm_min_tok. */
-enum { GEMM_MIN_TOK_DEFAULT = 16 };
+/* Prompts of at least this many tokens go through the prefill GEMMs (gemm_avx512.c), which
+ * unpack each weight once per call. Where they overtake the per-token kernels
+ * (`bench_qmatmul 0.25 FMT gemm`, 3072 x 1024, 1 thread, Zen 5): Q4_K ~24 tokens, Q6_K ~20,
+ * MLX 4-bit ~40, Q8_0 ~48 (its per-token kernel is the fastest); at 512 tokens the GEMMs
+ * ran 2.8x (Q4_K), 1.5x (MLX 4-bit) the per-token kernels. */
+enum { GEMM_MIN_TOK_DEFAULT = 48 };
 static _Atomic int gemm_min_tok = GEMM_MIN_TOK_DEFAULT;
 
 void qmatmul_set_gemm_min_tok(int n) {
@@ -726,7 +729,7 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
         if (b > a) a = b;
     }
     a *= (size_t)n_tok;
-    /* the GEMMs' x: 12-token tiles of bf16 pairs, or 6-token tiles of 16-bit pairs + 2 floats per group */
+    /* the GEMMs' x: token tiles of bf16 pairs, or of 16-bit pairs + 2 floats per group (MLX) */
     b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TT) * 4;
     if (w->kind == GB_WEIGHT_MLX)
         b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TM) * 4 + (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
