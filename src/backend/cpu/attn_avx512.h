@@ -6,12 +6,12 @@
 #include "backend/ops.h"
 
 enum {
-    ATTN512_MAX_Q = 16,   /* queries per item: tokens x query heads per kv head */
+    ATTN512_MAX_Q = 32,   /* queries per item: tokens x query heads per kv head */
     ATTN512_MAX_HD = 256, /* head_dim */
 };
 
 /* Tokens per item for this head grouping (query heads per kv head). */
-static inline int attn512_tokens(int group) { return group >= 8 ? 1 : 8 / group; }
+static inline int attn512_tokens(int group) { return group >= 32 ? 1 : 32 / group; }
 static inline int attn512_fits(const struct attn_args *a) {
     int group = a->n_head / a->n_head_kv;
     return a->kv_type == GB_TYPE_F16 && a->head_dim % 16 == 0 && a->head_dim <= ATTN512_MAX_HD &&
