@@ -150,7 +150,7 @@ static void check_dot_axpy(int n) {
     free(ab); free(bb); free(hb); free(yb); free(yr); free(yf);
 }
 
-/* gelu_tanh(x) * u and cap * tanh(x / cap) against the double-precision references, on
+/* gelu_tanh(x) * u, silu(x) * u and cap * tanh(x / cap) against the double-precision references, on
  * inputs spread over the range where the curves bend and saturate: a few f32 ulps of
  * relative error (the fast tanh/exp are good to ~5e-7). Each element must also come out
  * the same whether it lies in the vector body or the tail, so any split is bit-identical. */
@@ -174,6 +174,19 @@ static void check_activations(int n) {
     CHECKF(memcmp(ys, yf, (size_t)n * sizeof(float)) == 0, "gelu_tanh_mul n=%d: a split at %d changes bits", n, cut);
     CHECKF(guard_intact(yf, (size_t)n) && guard_intact(ys, (size_t)n), "gelu_tanh_mul n=%d wrote past y", n);
 
+    silu_mul_ref(yr, g, u, n);
+    silu_mul(yf, g, u, n);
+    bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!(fabs((double)yf[i] - yr[i]) <= 2e-6 * fabs((double)g[i] * u[i]) + 1e-30)) {
+            if (bad++ < 3) CHECKF(0, "silu_mul n=%d: x=%.9g u=%.9g: %.9g vs ref %.9g", n, g[i], u[i], yf[i], yr[i]);
+        }
+    CHECKF(!bad, "silu_mul n=%d: %d elements off", n, bad);
+    silu_mul(ys, g, u, cut);
+    silu_mul(ys + cut, g + cut, u + cut, n - cut);
+    CHECKF(memcmp(ys, yf, (size_t)n * sizeof(float)) == 0, "silu_mul n=%d: a split at %d changes bits", n, cut);
+    CHECKF(guard_intact(yf, (size_t)n) && guard_intact(ys, (size_t)n), "silu_mul n=%d wrote past y", n);
+
     memcpy(yr, x, (size_t)n * sizeof(float));
     memcpy(yf, x, (size_t)n * sizeof(float));
     softcap_ref(yr, cap, n);
@@ -196,21 +209,24 @@ static void check_activations(int n) {
 static void check_activation_ops(threadpool_t *const pools[3]) {
     const long n = 100003;
     float *g = malloc((size_t)n * sizeof(float)), *u = malloc((size_t)n * sizeof(float));
-    float *y[3], *c[3];
+    float *y[3], *c[3], *s[3];
     for (long i = 0; i < n; i++) { g[i] = 6.0f * test_rand_f(&rng); u[i] = test_rand_f(&rng); }
     for (int p = 0; p < 3; p++) {
         struct backend be = {.tp = pools[p]};
         y[p] = malloc((size_t)n * sizeof(float));
         c[p] = malloc((size_t)n * sizeof(float));
         op_gelu_tanh_mul(&be, y[p], g, u, n);
+        s[p] = malloc((size_t)n * sizeof(float));
+        op_silu_mul(&be, s[p], g, u, n);
         memcpy(c[p], g, (size_t)n * sizeof(float));
         op_softcap(&be, c[p], 3.0f, n);
     }
     for (int p = 1; p < 3; p++) {
         CHECKF(memcmp(y[p], y[0], (size_t)n * sizeof(float)) == 0, "op_gelu_tanh_mul differs with %d threads", p + 1);
         CHECKF(memcmp(c[p], c[0], (size_t)n * sizeof(float)) == 0, "op_softcap differs with %d threads", p + 1);
+        CHECKF(memcmp(s[p], s[0], (size_t)n * sizeof(float)) == 0, "op_silu_mul differs with %d threads", p + 1);
     }
-    for (int p = 0; p < 3; p++) { free(y[p]); free(c[p]); }
+    for (int p = 0; p < 3; p++) { free(y[p]); free(c[p]); free(s[p]); }
     free(g); free(u);
 }
 

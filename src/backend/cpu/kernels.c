@@ -149,6 +149,13 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n) {
 
 /* ---- element-wise activations ----------------------------------------------------- */
 
+void silu_mul(float *y, const float *g, const float *u, long n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { silu_mul_avx2(y, g, u, n); return; }
+#endif
+    silu_mul_ref(y, g, u, n);
+}
+
 void gelu_tanh_mul(float *y, const float *g, const float *u, long n) {
 #ifdef GERBIL_HAVE_X86
     if (use_avx2()) { gelu_tanh_mul_avx2(y, g, u, n); return; }

@@ -39,6 +39,9 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n);
 
 /* Element-wise activations. Each element's result depends on its inputs alone (never on
  * n or on where a range starts), so splitting a vector over threads changes no bit. */
+/* y[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU); y may alias g or u. */
+void silu_mul_ref(float *y, const float *g, const float *u, long n);
+void silu_mul(float *y, const float *g, const float *u, long n);
 /* y[i] = gelu_tanh(g[i]) * u[i] (see op_gelu_tanh_mul); y may alias g or u. */
 void gelu_tanh_mul_ref(float *y, const float *g, const float *u, long n);
 void gelu_tanh_mul(float *y, const float *g, const float *u, long n);

@@ -366,6 +366,11 @@ static ALWAYS_INLINE __m256 gelu_tanh_mul8(__m256 x, __m256 u) {
     return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
+static ALWAYS_INLINE __m256 silu_mul8(__m256 x, __m256 u) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
 /* tanh(t): odd Taylor polynomial to t^9 where |t| < 0.125 (error < 1e-11 relative), else
  * sign(t) (1 - e)/(1 + e) with e = e^(-2|t|). */
 static ALWAYS_INLINE __m256 tanh8(__m256 t) {
@@ -393,6 +398,17 @@ void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) {
         float gb[8] = {0}, ub[8] = {0}, yb[8];
         for (long j = i; j < n; j++) { gb[j - i] = g[j]; ub[j - i] = u[j]; }
         _mm256_storeu_ps(yb, gelu_tanh_mul8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
+        for (long j = i; j < n; j++) y[j] = yb[j - i];
+    }
+}
+
+void silu_mul_avx2(float *y, const float *g, const float *u, long n) {
+    long i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) { /* as gelu_tanh_mul_avx2: the tail through the same vector code */
+        float gb[8] = {0}, ub[8] = {0}, yb[8];
+        for (long j = i; j < n; j++) { gb[j - i] = g[j]; ub[j - i] = u[j]; }
+        _mm256_storeu_ps(yb, silu_mul8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
         for (long j = i; j < n; j++) y[j] = yb[j - i];
     }
 }

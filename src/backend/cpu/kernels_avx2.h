@@ -20,6 +20,7 @@ float dot_f32_f16_avx2(const float *a, const uint16_t *b, int n);
 void axpy_f32_avx2(float *y, float a, const float *v, int n);
 void axpy_f16_avx2(float *y, float a, const uint16_t *v, int n);
 void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n);
+void silu_mul_avx2(float *y, const float *g, const float *u, long n);
 void softcap_avx2(float *x, float cap, long n);
 
 #endif

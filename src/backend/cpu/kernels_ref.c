@@ -59,6 +59,14 @@ void axpy_f16_ref(float *y, float a, const uint16_t *v, int n) {
     for (int i = 0; i < n; i++) y[i] = (float)((double)y[i] + (double)a * f16_to_f32(v[i]));
 }
 
+/* In double, rounded once. */
+void silu_mul_ref(float *y, const float *g, const float *u, long n) {
+    for (long i = 0; i < n; i++) {
+        double x = g[i];
+        y[i] = (float)(x / (1.0 + exp(-x)) * u[i]);
+    }
+}
+
 /* In double, rounded once: the tanh form torch evaluates for gelu(approximate="tanh"). */
 void gelu_tanh_mul_ref(float *y, const float *g, const float *u, long n) {
     const double k = sqrt(2.0 / M_PI);

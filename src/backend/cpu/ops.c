@@ -89,7 +89,7 @@ struct ew_args {
 
 static void silu_mul_range(void *p, long lo, long hi) {
     const struct ew_args *e = p;
-    for (long i = lo; i < hi; i++) e->y[i] = e->a[i] / (1.0f + expf(-e->a[i])) * e->b[i];
+    silu_mul(e->y + lo, e->a + lo, e->b + lo, hi - lo);
 }
 
 void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, long n) {
