@@ -150,6 +150,34 @@ static void check_dot_axpy(int n) {
     free(ab); free(bb); free(hb); free(yb); free(yr); free(yf);
 }
 
+/* f32 -> f16 rows (the KV cache store): the fast version gives the scalar one's bits on
+ * random values over the whole f16 range and beyond (overflow to inf, subnormals, zeros,
+ * exact ties), NaNs excepted (any NaN). */
+static void check_f16_row(int n) {
+    float *x = malloc((size_t)n * sizeof(float));
+    uint16_t *r = malloc((size_t)n * sizeof(uint16_t)), *f = malloc((size_t)n * sizeof(uint16_t));
+    for (int i = 0; i < n; i++) {
+        int kind = (int)(test_rand_u64(&rng) % 8);
+        float v = test_rand_f(&rng);
+        if (kind == 0) v *= 70000.0f;                          /* past the f16 range */
+        else if (kind == 1) v *= 1e-6f;                        /* f16 subnormals */
+        else if (kind == 2) v = ldexpf((float)(2 * (int)(test_rand_u64(&rng) % 1024) + 1), -11); /* ties */
+        else if (kind == 3) v = i % 2 ? -0.0f : 0.0f;
+        else v *= 300.0f;
+        x[i] = v;
+    }
+    if (n > 2) { x[0] = INFINITY; x[1] = -INFINITY; x[2] = NAN; }
+    f32_to_f16_row_ref(r, x, n);
+    f32_to_f16_row(f, x, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int nan = (r[i] & 0x7c00u) == 0x7c00u && (r[i] & 0x3ffu) && (f[i] & 0x7c00u) == 0x7c00u && (f[i] & 0x3ffu);
+        if (r[i] != f[i] && !nan && bad++ < 3) CHECKF(0, "f32_to_f16_row: %.9g -> %04x, ref %04x", x[i], f[i], r[i]);
+    }
+    CHECKF(!bad, "f32_to_f16_row n=%d: %d values differ", n, bad);
+    free(x); free(r); free(f);
+}
+
 /* gelu_tanh(x) * u, silu(x) * u and cap * tanh(x / cap) against the double-precision references, on
  * inputs spread over the range where the curves bend and saturate: a few f32 ulps of
  * relative error (the fast tanh/exp are good to ~5e-7). Each element must also come out
@@ -334,6 +362,8 @@ int main(int argc, char **argv) {
 
     printf("attention: %s\n", qmatmul_has_avx512() ? "AVX-512 f16 path (attn_avx512.c)"
                                                     : "AVX-512 path SKIPPED (CPU lacks it); scalar/AVX2 path");
+    check_f16_row(1000);
+    check_f16_row(13);
     check_attention(pools, 1, 0, 2, 1, 16, 0);
     check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */
     check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */

@@ -149,6 +149,13 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n) {
 
 /* ---- element-wise activations ----------------------------------------------------- */
 
+void f32_to_f16_row(uint16_t *y, const float *x, long n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) { f32_to_f16_row_avx2(y, x, n); return; }
+#endif
+    f32_to_f16_row_ref(y, x, n);
+}
+
 void silu_mul(float *y, const float *g, const float *u, long n) {
 #ifdef GERBIL_HAVE_X86
     if (use_avx2()) { silu_mul_avx2(y, g, u, n); return; }

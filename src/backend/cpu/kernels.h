@@ -37,6 +37,11 @@ void axpy_f32(float *y, float a, const float *v, int n);
 void axpy_f16_ref(float *y, float a, const uint16_t *v, int n);
 void axpy_f16(float *y, float a, const uint16_t *v, int n);
 
+/* y[i] = f16(x[i]), rounded to nearest even (base/fp16.h's f32_to_f16; the fast version
+ * (F16C) differs only in the payload of NaNs). */
+void f32_to_f16_row_ref(uint16_t *y, const float *x, long n);
+void f32_to_f16_row(uint16_t *y, const float *x, long n);
+
 /* Element-wise activations. Each element's result depends on its inputs alone (never on
  * n or on where a range starts), so splitting a vector over threads changes no bit. */
 /* y[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU); y may alias g or u. */

@@ -402,6 +402,13 @@ void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) {
     }
 }
 
+void f32_to_f16_row_avx2(uint16_t *y, const float *x, long n) {
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = (uint16_t)_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 void silu_mul_avx2(float *y, const float *g, const float *u, long n) {
     long i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));

@@ -59,6 +59,10 @@ void axpy_f16_ref(float *y, float a, const uint16_t *v, int n) {
     for (int i = 0; i < n; i++) y[i] = (float)((double)y[i] + (double)a * f16_to_f32(v[i]));
 }
 
+void f32_to_f16_row_ref(uint16_t *y, const float *x, long n) {
+    for (long i = 0; i < n; i++) y[i] = f32_to_f16(x[i]);
+}
+
 /* In double, rounded once. */
 void silu_mul_ref(float *y, const float *g, const float *u, long n) {
     for (long i = 0; i < n; i++) {

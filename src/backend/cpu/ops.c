@@ -186,8 +186,7 @@ void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, in
     if (kv_type == GB_TYPE_F32) {
         memcpy((float *)cache + off, x, n * sizeof(float));
     } else {
-        uint16_t *c = (uint16_t *)cache + off;
-        for (size_t i = 0; i < n; i++) c[i] = f32_to_f16(x[i]);
+        f32_to_f16_row((uint16_t *)cache + off, x, (long)n);
     }
 }
 
