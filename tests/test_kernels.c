@@ -178,6 +178,15 @@ static void check_f16_row(int n) {
     free(x); free(r); free(f);
 }
 
+/* sum of squares in double (RMSNorm): fast within 1e-15 relative of the in-order sum. */
+static void check_sumsq(int n) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) x[i] = test_rand_f(&rng) * (float)(1 + i % 13) * 100.0f;
+    double r = sumsq_f32_ref(x, n), f = sumsq_f32(x, n);
+    CHECKF(fabs(f - r) <= 1e-15 * r * (1 + n / 64), "sumsq_f32 n=%d: %.17g vs ref %.17g", n, f, r);
+    free(x);
+}
+
 /* gelu_tanh(x) * u, silu(x) * u and cap * tanh(x / cap) against the double-precision references, on
  * inputs spread over the range where the curves bend and saturate: a few f32 ulps of
  * relative error (the fast tanh/exp are good to ~5e-7). Each element must also come out
@@ -363,6 +372,9 @@ int main(int argc, char **argv) {
     printf("attention: %s\n", qmatmul_has_avx512() ? "AVX-512 f16 path (attn_avx512.c)"
                                                     : "AVX-512 path SKIPPED (CPU lacks it); scalar/AVX2 path");
     check_f16_row(1000);
+    check_sumsq(1024);
+    check_sumsq(13);
+    check_sumsq(3);
     check_f16_row(13);
     check_attention(pools, 1, 0, 2, 1, 16, 0);
     check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */

@@ -149,6 +149,13 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n) {
 
 /* ---- element-wise activations ----------------------------------------------------- */
 
+double sumsq_f32(const float *x, int n) {
+#ifdef GERBIL_HAVE_X86
+    if (use_avx2()) return sumsq_f32_avx2(x, n);
+#endif
+    return sumsq_f32_ref(x, n);
+}
+
 void f32_to_f16_row(uint16_t *y, const float *x, long n) {
 #ifdef GERBIL_HAVE_X86
     if (use_avx2()) { f32_to_f16_row_avx2(y, x, n); return; }

@@ -37,6 +37,11 @@ void axpy_f32(float *y, float a, const float *v, int n);
 void axpy_f16_ref(float *y, float a, const uint16_t *v, int n);
 void axpy_f16(float *y, float a, const uint16_t *v, int n);
 
+/* sum of x[i]^2 in double (RMSNorm): the reference adds in order; the fast version keeps
+ * 8 double partial sums (the same value to ~1e-16 relative). */
+double sumsq_f32_ref(const float *x, int n);
+double sumsq_f32(const float *x, int n);
+
 /* y[i] = f16(x[i]), rounded to nearest even (base/fp16.h's f32_to_f16; the fast version
  * (F16C) differs only in the payload of NaNs). */
 void f32_to_f16_row_ref(uint16_t *y, const float *x, long n);

@@ -402,6 +402,22 @@ void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) {
     }
 }
 
+double sumsq_f32_avx2(const float *x, int n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        s0 = _mm256_fmadd_pd(a, a, s0); /* exact: a float's square fits a double */
+        s1 = _mm256_fmadd_pd(b, b, s1);
+    }
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
 void f32_to_f16_row_avx2(uint16_t *y, const float *x, long n) {
     long i = 0;
     for (; i + 8 <= n; i += 8)

@@ -22,6 +22,7 @@ void axpy_f16_avx2(float *y, float a, const uint16_t *v, int n);
 void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n);
 void silu_mul_avx2(float *y, const float *g, const float *u, long n);
 void f32_to_f16_row_avx2(uint16_t *y, const float *x, long n);
+double sumsq_f32_avx2(const float *x, int n);
 void softcap_avx2(float *x, float cap, long n);
 
 #endif

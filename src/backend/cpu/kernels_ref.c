@@ -59,6 +59,12 @@ void axpy_f16_ref(float *y, float a, const uint16_t *v, int n) {
     for (int i = 0; i < n; i++) y[i] = (float)((double)y[i] + (double)a * f16_to_f32(v[i]));
 }
 
+double sumsq_f32_ref(const float *x, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
 void f32_to_f16_row_ref(uint16_t *y, const float *x, long n) {
     for (long i = 0; i < n; i++) y[i] = f32_to_f16(x[i]);
 }

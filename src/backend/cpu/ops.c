@@ -69,8 +69,7 @@ static void rmsnorm_rows(void *p, long lo, long hi) {
     for (long r = lo; r < hi; r++) {
         const float *xr = a->x + (size_t)r * a->n;
         float *yr = a->y + (size_t)r * a->n;
-        double ss = 0.0;
-        for (int i = 0; i < a->n; i++) ss += (double)xr[i] * xr[i];
+        double ss = sumsq_f32(xr, a->n);
         /* torch: x * rsqrt(mean(x^2) + eps) in f32, then * weight */
         float inv = 1.0f / sqrtf((float)(ss / a->n) + a->eps);
         for (int i = 0; i < a->n; i++) yr[i] = a->w[i] * (xr[i] * inv);
