@@ -155,7 +155,9 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
         run_check(w, x, n_tok, yref, tol, 0, pools3, what);
         run_check(w, x, n_tok, yref, tol, 1, pools3, what);
         if (n_tok == 7 || n_tok == 16) check_tok_split(w, x, n_tok, what);
-        if ((w->kind == GB_WEIGHT_MLX || w->type == GB_TYPE_Q8_0) && qmatmul_has_avx512()) { /* the others too */
+        if ((w->kind == GB_WEIGHT_MLX || w->type == GB_TYPE_Q8_0 || w->type == GB_TYPE_Q4_K || w->type == GB_TYPE_Q5_K ||
+             w->type == GB_TYPE_Q6_K) &&
+            qmatmul_has_avx512()) { /* the others too */
             qmatmul_disable_avx512(1);
             run_check(w, x, n_tok, yref, tol, 0, pools3, what);
             qmatmul_disable_avx512(0);
