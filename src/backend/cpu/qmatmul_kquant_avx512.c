@@ -89,13 +89,12 @@ void qk_quant_x_avx512(const float *x, int n, int q4order, struct qxk *out) {
  * scales 4..7; bytes 4..7 the same for the mins; bytes 8..11 the low 4 bits of scales
  * 4..7 (low nibbles) and mins 4..7 (high nibbles). */
 AI __m128i k4_scales(const uint8_t *s) {
-    uint64_t a01;
-    uint32_t a2;
-    memcpy(&a01, s, 8);
-    memcpy(&a2, s + 8, 4);
-    uint64_t lo = a01 & 0x3f3f3f3f3f3f3f3full;
-    uint64_t hi = (((uint64_t)a2 | (uint64_t)a2 << 28) & 0x0f0f0f0f0f0f0f0full) | ((a01 >> 2) & 0x3030303030303030ull);
-    return _mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1);
+    /* dwords a0 a1 a2 (a 16-byte load: the 4 bytes past the scales are the block's codes) */
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i t = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xA4), _mm_set_epi32(4, 0, 0, 0)); /* a0 a1 a2 a2>>4 */
+    __m128i u = _mm_srli_epi32(_mm_shuffle_epi32(v, 0x44), 2);                          /* .. .. a0>>2 a1>>2 */
+    t = _mm_and_si128(t, _mm_set_epi32(0x0f0f0f0f, 0x0f0f0f0f, 0x3f3f3f3f, 0x3f3f3f3f));
+    return _mm_ternarylogic_epi32(t, u, _mm_set_epi32(0x30303030, 0x30303030, 0, 0), 0xF8); /* t | (u & m) */
 }
 
 /* pshufb control: int16 lanes of 128-bit lanes 0, 1 take scale a, those of lanes 2, 3
