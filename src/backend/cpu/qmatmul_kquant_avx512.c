@@ -15,9 +15,8 @@
  * at most 2 * 63 * 127, never saturating) and vpdpwssd by a vector of the group
  * scales (each int16 lane the scale of its sub-block) give 16 exact int32 lane sums,
  * converted once and added with one FMA by d * dx. Q4_K/Q5_K's mins are one 128-bit
- * vpmaddwd of the 8 mins with the 8 32-sums of x; Q6_K's -32 offset is one 256-bit
- * vpmaddwd of 32 * scales with the 16 16-sums, taken off the int32 lanes before the
- * convert. The scale vectors are built once per super-block and shared by all tokens
+ * vpmaddwd of the 8 mins with the 8 32-sums of x; Q6_K's -32 offset is one more
+ * vpdpwssd of -32 * scales with the 16 16-sums, into the same int32 lanes. The scale vectors are built once per super-block and shared by all tokens
  * of the tile: Q4_K/Q5_K's 8 unsigned 6-bit scales are broadcast as one qword and
  * spread to int16 lanes with vpshufb; Q6_K's signed int8 scales are widened and
  * spread with vpermw.
@@ -193,14 +192,16 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
         __m512i w2 = _mm512_ternarylogic_epi32(ql1, _mm512_and_si512(_mm512_sllv_epi16(qh1, shl), m30), m4, 0xEC);
         __m512i w3 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql1, 4), _mm512_and_si512(_mm512_srlv_epi16(qh1, shr), m30),
                                                m4, 0xEC);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        __m512i scz = _mm512_castsi256_si512(sc16);
+        /* the 16 scales in int16 lanes 0..15, lanes 16..31 zero */
+        __m512i scz = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)b->scales)));
         __m512i s0 = _mm512_permutexvar_epi16(i0, scz), s1 = _mm512_permutexvar_epi16(i1, scz);
         __m512i s2 = _mm512_permutexvar_epi16(i2, scz), s3 = _mm512_permutexvar_epi16(i3, scz);
-        __m256i sc32 = _mm256_slli_epi16(sc16, 5); /* the -32 offset, times the scales */
+        /* the -32 offset: -32 sum_g sc_g bsums_g, one more vpdpwssd against a 64-byte load at
+         * bsums (lanes 16..31 meet the zero lanes) */
+        __m512i scn = _mm512_mullo_epi16(scz, _mm512_set1_epi16(-32));
         uint16_t dh;
         memcpy(&dh, &b->d, 2);
-        __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dh));
+        __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)dh));
         UNROLL_T for (int u = 0; u < T; u++) {
             const struct qxk *xb = (const struct qxk *)(xq + (size_t)u * xs) + i;
             const __m512i *xv = (const __m512i *)xb->qs;
@@ -209,10 +210,9 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
             __m512i q = _mm512_madd_epi16(_mm512_maddubs_epi16(w1, _mm512_load_si512(xv + 1)), s1);
             p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(w2, _mm512_load_si512(xv + 2)), s2);
             q = _mm512_dpwssd_epi32(q, _mm512_maddubs_epi16(w3, _mm512_load_si512(xv + 3)), s3);
-            __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)xb->bsums), sc32);
-            __m512i s = _mm512_sub_epi32(_mm512_add_epi32(p, q), _mm512_zextsi256_si512(corr));
-            __m128 f = _mm_mul_ss(d, _mm_set_ss(xb->d));
-            acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(f), acc[u]);
+            p = _mm512_dpwssd_epi32(p, _mm512_load_si512(xb->bsums), scn);
+            __m512 f = _mm512_mul_ps(d, _mm512_set1_ps(xb->d));
+            acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)), f, acc[u]);
         }
     }
     UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = _mm512_reduce_add_ps(acc[u]);
