@@ -105,8 +105,8 @@ AI __m512i sel2(int a, int b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(ca, ca)), _mm256_set_m128i(cb, cb), 1);
 }
 
-/* One row (nb super-blocks) against T tokens; Q5_K when q5. */
-AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, int T, float *y, size_t ldy) {
+/* One row (nb super-blocks) against T tokens: out[u] = 16 lanes summing to y; Q5_K when q5. */
+AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, int T, __m512 out[KT]) {
     const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(15), m10 = _mm512_set1_epi8(0x10);
     /* weight vectors: lo0 = subs 0 | 2, hi0 = 1 | 3, lo1 = 4 | 6, hi1 = 5 | 7 */
@@ -159,13 +159,12 @@ AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, 
             accm[u] = _mm_fnmadd_ps(_mm_cvtepi32_ps(m), _mm_permute_ps(f, 0x55), accm[u]);
         }
     }
-    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] =
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[u], _mm512_zextps128_ps512(accm[u])));
+    UNROLL_T for (int u = 0; u < T; u++) out[u] = _mm512_add_ps(acc[u], _mm512_zextps128_ps512(accm[u]));
 }
 
 /* ---- Q6_K ---------------------------------------------------------------------------------- */
 
-AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T, float *y, size_t ldy) {
+AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T, __m512 out[KT]) {
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     /* qh bits 0..1 (low half, elements 0..31 of the half) and 2..3 (high half, 32..63) to
      * bits 4..5: left by 4 and 2; bits 4..5 and 6..7 (elements 64..127): right by 0, 2 */
@@ -215,18 +214,39 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
             acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)), f, acc[u]);
         }
     }
-    UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy] = _mm512_reduce_add_ps(acc[u]);
+    UNROLL_T for (int u = 0; u < T; u++) out[u] = acc[u];
 }
 
 /* ---- entry points ----------------------------------------------------------------------------- */
 
 enum { K_Q4, K_Q5, K_Q6 };
 
-AI void ktile(int kind, int nb, const uint8_t *row, const char *xq, size_t xs, int T, float *y, size_t ldy) {
-    if (kind == K_Q6) q6_tile(nb, (const block_q6_K *)row, xq, xs, T, y, ldy);
-    else k45_tile(nb, row, kind == K_Q5, xq, xs, T, y, ldy);
+AI void ktile(int kind, int nb, const uint8_t *row, const char *xq, size_t xs, int T, __m512 out[KT]) {
+    if (kind == K_Q6) q6_tile(nb, (const block_q6_K *)row, xq, xs, T, out);
+    else k45_tile(nb, row, kind == K_Q5, xq, xs, T, out);
 }
 
+/* The sum of v's 16 lanes: halves added (lane i + lane i + 8), then i + 4, i + 2, i + 1. */
+AI float hsum1(__m512 v) {
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* hsum1 of a and of b, the same adds (so the same bits), two rows per instruction. */
+AI void hsum2(__m512 a, __m512 b, float *ya, float *yb) {
+    __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE)); /* a s8, b s8 */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t, t, 0x88), _mm512_shuffle_f32x4(t, t, 0xDD)); /* a s4, b s4 */
+    __m256 s4 = _mm512_castps512_ps256(u);
+    __m256 s2 = _mm256_add_ps(s4, _mm256_permute_ps(s4, 0x4E));
+    __m256 s1 = _mm256_add_ps(s2, _mm256_movehdup_ps(s2));
+    *ya = _mm256_cvtss_f32(s1);
+    *yb = _mm_cvtss_f32(_mm256_extractf128_ps(s1, 1));
+}
+
+/* Tiles of up to KT tokens; one token: rows two at a time, one after the other (one
+ * sequential weight stream), their horizontal sums shared (hsum2). */
 AI void krows(int kind, int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
               size_t ldy) {
     int nb = n / QK_K;
@@ -234,14 +254,25 @@ AI void krows(int kind, int n, int nr, const void *row0, size_t rb, const void *
         int T = nt - u0 < KT ? nt - u0 : KT;
         const char *xu = (const char *)xq + (size_t)u0 * xs;
         float *yu = y + (size_t)u0 * ldy;
-        for (int r = 0; r < nr; r++) {
+        __m512 o[KT], o2[KT];
+        int r = 0;
+        if (T == 1) {
+            for (; r + 1 < nr; r += 2) {
+                const uint8_t *row = (const uint8_t *)row0 + (size_t)r * rb;
+                ktile(kind, nb, row, xu, xs, 1, o);
+                ktile(kind, nb, row + rb, xu, xs, 1, o2);
+                hsum2(o[0], o2[0], yu + r, yu + r + 1);
+            }
+        }
+        for (; r < nr; r++) {
             const uint8_t *row = (const uint8_t *)row0 + (size_t)r * rb;
             switch (T) {
-            case 4: ktile(kind, nb, row, xu, xs, 4, yu + r, ldy); break;
-            case 3: ktile(kind, nb, row, xu, xs, 3, yu + r, ldy); break;
-            case 2: ktile(kind, nb, row, xu, xs, 2, yu + r, ldy); break;
-            default: ktile(kind, nb, row, xu, xs, 1, yu + r, ldy); break;
+            case 4: ktile(kind, nb, row, xu, xs, 4, o); break;
+            case 3: ktile(kind, nb, row, xu, xs, 3, o); break;
+            case 2: ktile(kind, nb, row, xu, xs, 2, o); break;
+            default: ktile(kind, nb, row, xu, xs, 1, o); break;
             }
+            for (int u = 0; u < T; u++) yu[(size_t)u * ldy + r] = hsum1(o[u]);
         }
     }
 }
