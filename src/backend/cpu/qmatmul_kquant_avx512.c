@@ -31,11 +31,10 @@
  * Tiles: one row x up to 4 tokens. A decode call (one token) streams its rows one after
  * the other (interleaving rows was slower for decode in qmatmul_avx512.c's Q8_0 kernel),
  * two rows per step sharing the setup and the horizontal sums (hsum2: the same adds as
- * hsum1, so the same bits). No software prefetch: 2048 bytes ahead, 3 or 4 lines per
- * super-block, ran Q4_K_M decode ~5% slower end to end (1 thread); the hardware
- * prefetcher keeps up with one stream. Each (row, token) output is computed by the
- * same instruction sequence whatever the tile's token count, the rows per call and the
- * thread split, so results depend on none of them.
+ * hsum1, so the same bits), and a software prefetch PF_K bytes ahead (see PF_K). Each
+ * (row, token) output is computed by the same instruction sequence whatever the tile's
+ * token count, the rows per call and the thread split, so results depend on none of
+ * them.
  *
  * Compiled with -mavx512f/bw/vl/vnni (CMakeLists.txt: every *_avx512.c); nothing here
  * runs before qmatmul.c has checked the CPU. */
@@ -53,6 +52,15 @@
 _Static_assert(sizeof(struct qxk) == 320, "qxk");
 
 enum { KT = 4 }; /* most tokens per tile */
+
+/* Decode (one token): software prefetch of the weight stream this many bytes ahead, 3
+ * (Q4_K/Q5_K) or 4 (Q6_K) lines per super-block. Qwen3-0.6B Q4_K_M decode, gerbil bench
+ * tg64, 1 thread, back to back (load ~3): none 50-54 tok/s, 1024 49, 4096 56-59, 8192
+ * 63-65, 16384 56-60 (main's 256-bit kernels: 47-49). Without it the kernel ran as fast
+ * from DRAM as from L3 in bench_qmatmul but not end to end. */
+#ifndef PF_K
+#define PF_K 8192
+#endif
 
 /* ---- activations --------------------------------------------------------------------- */
 
@@ -128,6 +136,11 @@ AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, 
     }
     for (int i = 0; i < nb; i++) {
         const uint8_t *b = row + (size_t)i * bsz;
+        if (T == 1 && PF_K) {
+            _mm_prefetch((const char *)b + PF_K, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + PF_K + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + PF_K + 128, _MM_HINT_T0);
+        }
         uint32_t dm;
         memcpy(&dm, b, 4);
         __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
@@ -184,6 +197,13 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
     UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const block_q6_K *b = row + i;
+        if (T == 1 && PF_K) {
+            const char *p = (const char *)b + PF_K;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p + 128, _MM_HINT_T0);
+            _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
         __m512i ql0 = _mm512_loadu_si512(b->ql), ql1 = _mm512_loadu_si512(b->ql + 64);
         __m512i qh = _mm512_loadu_si512(b->qh);
         __m512i qh0 = _mm512_shuffle_i64x2(qh, qh, 0x44), qh1 = _mm512_shuffle_i64x2(qh, qh, 0xEE);
