@@ -4,8 +4,8 @@
  *           set of matrices totalling >= 512 MiB walked in turn, so every call reads
  *           from DRAM;
  *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add), same walk.
- * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), the VNNI
- * (where the CPU has AVX512-VNNI; GGML types) or AVX-512 (MLX), AVX2 and scalar kernels,
+ * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), the AVX-512
+ * (MLX, Q8_0 and the k-quants, where the CPU has it) or VNNI, AVX2 and scalar kernels,
  * 1 and 2 threads.
  * Reports the fastest call and the median: on a shared machine other load only ever
  * slows a call down.
@@ -218,7 +218,11 @@ int main(int argc, char **argv) {
                 double flops = 2.0 * PREFILL_TOK * N_IN * N_OUT;
                 printf("%-5s %-6s %3d  %7.1f / %-7.1f  %7.1f / %-7.1f   %7.1f / %-7.1f\n", fmts[f].name,
                        scalar ? "scalar"
-                       : kern == 0 ? (qmatmul_has_avx512() && (fmts[f].mlx_bits || fmts[f].type == GB_TYPE_Q8_0) ? "avx512" : "vnni")
+                       : kern == 0 ? (qmatmul_has_avx512() && (fmts[f].mlx_bits || fmts[f].type == GB_TYPE_Q8_0 ||
+                                                               fmts[f].type == GB_TYPE_Q4_K || fmts[f].type == GB_TYPE_Q5_K ||
+                                                               fmts[f].type == GB_TYPE_Q6_K)
+                                          ? "avx512"
+                                          : "vnni")
                                    : "avx2", t + 1, wbytes / bc * 1e-9, wbytes / mc * 1e-9, wbytes / b1 * 1e-9,
                        wbytes / m1 * 1e-9, flops / bp * 1e-9, flops / mp * 1e-9);
                 fflush(stdout);

@@ -6,9 +6,12 @@
  * format's error bound of the oracle, and pools of 1, 2 and 3 threads must agree bit
  * for bit. Where the CPU has AVX512-VNNI, the fast run uses those kernels and the AVX2
  * ones (qmatmul_disable_vnni) must give the same bits. Where it has AVX-512 F/BW/VL/VNNI,
- * MLX 4/8-bit rows with n_in % 128 == 0 and Q8_0 rows go to the 512-bit kernels
- * (qmatmul_avx512.c): those and, with qmatmul_disable_avx512, the VNNI/AVX2 kernels must
- * each be within the bound (they sum in different orders, so their bits differ). The
+ * MLX 4/8-bit rows with n_in % 128 == 0, Q8_0, Q4_K, Q5_K and Q6_K rows go to the 512-bit
+ * kernels (qmatmul_avx512.c, qmatmul_kquant_avx512.c): those and, with
+ * qmatmul_disable_avx512, the VNNI/AVX2 kernels must each be within the bound (they sum
+ * in different orders, so their bits differ); check_kq512 also checks that matmul_w
+ * really takes the k-quant ones and that they are f32 rounding away from the scalar
+ * kernel. The
  * fast kernels must also give each token the same bits whether it comes alone or with
  * others (the tiles only share weight loads).
  *
@@ -51,6 +54,9 @@
 #include <string.h>
 
 static threadpool_t *pools[3];
+
+typedef void (*qrows_fn_t)(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                           size_t ldy);
 
 static float *poisoned(size_t n) {
     float *p = malloc(n * sizeof *p);
@@ -167,7 +173,9 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
         run_check(w, x, n_tok, yref, tol, 0, pools3, what);
         run_check(w, x, n_tok, yref, tol, 1, pools3, what);
         if (n_tok == 7 || n_tok == 16) check_tok_split(w, x, n_tok, what);
-        if ((w->kind == GB_WEIGHT_MLX || w->type == GB_TYPE_Q8_0) && qmatmul_has_avx512()) { /* the others too */
+        if ((w->kind == GB_WEIGHT_MLX || w->type == GB_TYPE_Q8_0 || w->type == GB_TYPE_Q4_K || w->type == GB_TYPE_Q5_K ||
+             w->type == GB_TYPE_Q6_K) &&
+            qmatmul_has_avx512()) { /* the others too */
             qmatmul_disable_avx512(1);
             run_check(w, x, n_tok, yref, tol, 0, pools3, what);
             qmatmul_disable_avx512(0);
@@ -175,6 +183,68 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
         free(x);
         free(yref);
         free(tol);
+    }
+}
+
+/* The AVX-512 k-quant kernels (qmatmul_kquant_avx512.c), where the CPU has AVX-512:
+ *  - matmul_w takes them: its output (1, 2 and 3 threads) has the bits of direct kernel
+ *    calls, both one row and one token per call and 3 rows x all tokens per call (so
+ *    the bits depend neither on the tile shape nor on the thread split);
+ *  - against the scalar kernel (same x codes and steps, so the same exact integer
+ *    sums): only f32 rounding apart, |y - y_scalar| <= 1e-5 sum_i mag_i |x_i| + 1e-30.
+ * Token counts 1..5 and 9 (tiles of 4, 1, 2, 3 tokens), row counts from the caller. */
+static void check_kq512(const struct gb_weight *w, const float *mag, unsigned long long *seed) {
+    static const int toks[] = {1, 2, 3, 4, 5, 9};
+    qrows_fn_t fn = w->type == GB_TYPE_Q4_K   ? qrows_q4_K_avx512
+                    : w->type == GB_TYPE_Q5_K ? qrows_q5_K_avx512
+                                              : qrows_q6_K_avx512;
+    int q4order = w->type != GB_TYPE_Q6_K;
+    int n_in = (int)w->n_in, n_out = (int)w->n_out, nb = n_in / QK_K;
+    size_t xs = (size_t)nb * sizeof(struct qxk);
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        int n_tok = toks[k];
+        size_t ny = (size_t)n_tok * n_out;
+        float *x = malloc((size_t)n_tok * n_in * sizeof *x);
+        for (int i = 0; i < n_tok * n_in; i++) x[i] = test_rand_f(seed) * (1.0f + (float)(i % 5));
+        size_t ws = matmul_w_work_size(w, n_tok);
+        void *work = malloc(ws);
+        float *y[3], *ys = poisoned(ny), *yd1 = poisoned(ny), *yd2 = poisoned(ny);
+        for (int p = 0; p < 3; p++) {
+            y[p] = poisoned(ny);
+            matmul_w(pools[p], y[p], x, w, n_tok, work);
+        }
+        cpu_force_ref(1);
+        matmul_w(pools[0], ys, x, w, n_tok, work);
+        cpu_force_ref(0);
+        char *xq = aligned_alloc(64, (size_t)n_tok * xs);
+        for (int t = 0; t < n_tok; t++) qk_quant_x_avx512(x + (size_t)t * n_in, n_in, q4order, (struct qxk *)(xq + t * xs));
+        const char *rows = w->data;
+        for (int t = 0; t < n_tok; t++)
+            for (int o = 0; o < n_out; o++)
+                fn(n_in, 1, rows + (size_t)o * w->row_bytes, w->row_bytes, xq + t * xs, xs, 1, yd1 + (size_t)t * n_out + o,
+                   (size_t)n_out);
+        for (int o = 0; o < n_out; o += 3)
+            fn(n_in, n_out - o < 3 ? n_out - o : 3, rows + (size_t)o * w->row_bytes, w->row_bytes, xq, xs, n_tok, yd2 + o,
+               (size_t)n_out);
+        int same = 1;
+        for (int p = 0; p < 3; p++) same &= memcmp(y[p], yd1, ny * sizeof(float)) == 0;
+        CHECKF(same && memcmp(yd1, yd2, ny * sizeof(float)) == 0,
+               "%s n_in %d n_out %d n_tok %d: matmul_w (1-3 threads) and direct AVX-512 kernel calls differ", w->name,
+               n_in, n_out, n_tok);
+        int bad = 0;
+        for (int t = 0; t < n_tok; t++)
+            for (int o = 0; o < n_out; o++) {
+                double s = 0.0;
+                for (int i = 0; i < n_in; i++) s += (double)mag[(size_t)o * n_in + i] * fabs(x[(size_t)t * n_in + i]);
+                size_t i = (size_t)t * n_out + o;
+                double e = fabs((double)y[0][i] - ys[i]);
+                if (!(e <= 1e-5 * s + 1e-30) && bad++ < 3)
+                    fprintf(stderr, "%s n_in %d n_out %d n_tok %d: y[%zu] = %.9g, scalar %.9g, sum |w x| %g\n", w->name,
+                            n_in, n_out, n_tok, i, y[0][i], ys[i], s);
+            }
+        CHECKF(bad == 0, "%s: %d AVX-512 outputs further than f32 rounding from the scalar kernel", w->name, bad);
+        for (int p = 0; p < 3; p++) free(y[p]);
+        free(ys); free(yd1); free(yd2); free(xq); free(work); free(x);
     }
 }
 
@@ -213,6 +283,8 @@ static void test_ggml(enum gb_type t, unsigned long long *seed) {
                 }
             }
             check_all_tok(&w, deq, mag, kq ? QK_K : 32, 127.0f, seed, tt->name);
+            if ((t == GB_TYPE_Q4_K || t == GB_TYPE_Q5_K || t == GB_TYPE_Q6_K) && qmatmul_has_avx512())
+                check_kq512(&w, mag, seed);
             free(data);
             free(src);
             free(deq);
@@ -410,9 +482,10 @@ int main(void) {
     printf("AVX2 kernels: %s, AVX512-VNNI kernels: %s\n", cpu_has_avx2() ? "yes" : "no",
            qmatmul_has_vnni() ? "yes" : "no");
     if (qmatmul_has_avx512())
-        printf("AVX-512 MLX and Q8_0 kernels: tested (and the VNNI/AVX2 kernels with them switched off)\n");
+        printf("AVX-512 MLX, Q8_0, Q4_K, Q5_K and Q6_K kernels: tested (and the VNNI/AVX2 kernels with them switched "
+               "off)\n");
     else
-        printf("AVX-512 MLX and Q8_0 kernels: SKIPPED (this CPU lacks AVX-512 F/BW/VL/VNNI; not counted as "
+        printf("AVX-512 MLX, Q8_0 and k-quant kernels: SKIPPED (this CPU lacks AVX-512 F/BW/VL/VNNI; not counted as "
                "passes)\n");
     qmatmul_set_gemm_min_tok(0); /* the integer kernels; test_gemm the bf16 path */
     static const enum gb_type types[] = {GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q4_1, GB_TYPE_Q5_0, GB_TYPE_Q5_1,

@@ -176,7 +176,11 @@ typedef void (*qdot_fn)(int n, const void *row, const void *xq, size_t xs, int n
 typedef void (*qrows_fn)(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
                          size_t ldy);
 
-enum act_kind { ACT_NONE, ACT_X8, ACT_Q8K, ACT_X64 /* struct qx64, the AVX-512 Q8_0 kernel */ };
+enum act_kind {
+    ACT_NONE, ACT_X8, ACT_Q8K,
+    ACT_X64, /* struct qx64, the AVX-512 Q8_0 kernel */
+    ACT_XK, ACT_XK4 /* struct qxk, the AVX-512 k-quant kernels: natural order (Q6_K), nibble order (Q4_K/Q5_K) */
+};
 
 /* ---- activation quantization ---------------------------------------------------- */
 
@@ -515,9 +519,14 @@ static struct qkernel qkernel_of(enum gb_type t) {
         default: break;
         }
     }
-    if (qmatmul_has_avx512() && t == GB_TYPE_Q8_0) {
-        k.fast_rows = qrows_q8_0_avx512;
-        k.fast_act = ACT_X64;
+    if (qmatmul_has_avx512()) {
+        switch (t) {
+        case GB_TYPE_Q8_0: k.fast_rows = qrows_q8_0_avx512; k.fast_act = ACT_X64; break;
+        case GB_TYPE_Q4_K: k.fast_rows = qrows_q4_K_avx512; k.fast_act = ACT_XK4; break;
+        case GB_TYPE_Q5_K: k.fast_rows = qrows_q5_K_avx512; k.fast_act = ACT_XK4; break;
+        case GB_TYPE_Q6_K: k.fast_rows = qrows_q6_K_avx512; k.fast_act = ACT_XK; break;
+        default: break;
+        }
     }
 #endif
     if (k.fast_act == ACT_NONE) k.fast_act = k.act;
@@ -529,6 +538,8 @@ static size_t act_row_bytes(enum act_kind a, int64_t n_in) {
     case ACT_X8: return (size_t)(n_in / 32) * sizeof(struct qx8);
     case ACT_Q8K: return (size_t)(n_in / QK_K) * sizeof(block_q8_K);
     case ACT_X64: return (size_t)((n_in / 32 + 1) / 2) * sizeof(struct qx64);
+    case ACT_XK:
+    case ACT_XK4: return (size_t)(n_in / QK_K) * sizeof(struct qxk);
     default: return 0;
     }
 }
@@ -630,6 +641,8 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
 #ifdef GERBIL_HAVE_X86
         } else if (j->act == ACT_X64) {
             q8_quant_x_avx512(xt, n, (struct qx64 *)(j->xq + (size_t)t * j->xs));
+        } else if (j->act == ACT_XK || j->act == ACT_XK4) {
+            qk_quant_x_avx512(xt, n, j->act == ACT_XK4, (struct qxk *)(j->xq + (size_t)t * j->xs));
 #endif
         } else if (j->act == ACT_X8) {
             quantize_x8(xt, (struct qx8 *)(j->xq + (size_t)t * j->xs), n);

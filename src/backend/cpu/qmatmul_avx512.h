@@ -1,6 +1,6 @@
 /* AVX-512 (512-bit) kernels for MLX affine 4- and 8-bit weights and for Q8_0
- * (qmatmul_avx512.c, compiled with -mavx512f/bw/vl/vnni; qmatmul.c calls them only when
- * qmatmul_has_avx512()).
+ * (qmatmul_avx512.c) and for Q4_K/Q5_K/Q6_K (qmatmul_kquant_avx512.c); compiled with
+ * -mavx512f/bw/vl/vnni; qmatmul.c calls them only when qmatmul_has_avx512().
  *
  * Activations: x quantized to 16 bits per block of 32 elements (x ~ d_b q, the same
  * numbers as qmatmul.c's struct qx16), stored per chunk of 128 elements in the order
@@ -60,6 +60,30 @@ void q8_quant_x_avx512(const float *x, int n, struct qx64 *out);
  * xs bytes apart; each (row, token) value computed by the same operations whatever nr
  * and nt are. */
 void qrows_q8_0_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy);
+
+/* Q4_K, Q5_K, Q6_K (qmatmul_kquant_avx512.c). x per super-block of 256 elements, the
+ * codes of qmatmul.c's Q8_K (d = max|x| / 127): qs in natural order (q4order 0, for
+ * Q6_K) or with the middle two 32-element quarters of every 128 swapped (q4order 1, for
+ * Q4_K/Q5_K: the order a 64-byte load of nibbles unpacks); bsums[g] the sum of
+ * elements 16g..16g+15, bsum32[s] of 32s..32s+31 (natural indices). Arrays of it must
+ * be 64-byte aligned (the kernels use aligned loads). */
+struct qxk {
+    int8_t qs[256];
+    int16_t bsums[16];
+    int16_t bsum32[8];
+    float d;
+    uint8_t pad[12];
+};
+void qk_quant_x_avx512(const float *x, int n, int q4order, struct qxk *out);
+/* nr (1..4) rows rb bytes apart (row r: y[u * ldy + r]) against nt tokens of x (xs
+ * bytes apart, q4order 1 for Q4_K/Q5_K, 0 for Q6_K); each (row, token) value computed
+ * by the same operations whatever nr and nt are. */
+void qrows_q4_K_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy);
+void qrows_q5_K_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                       size_t ldy);
+void qrows_q6_K_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
                        size_t ldy);
 
 #endif
