@@ -500,6 +500,7 @@ struct qjob {
     float *gsum;       /* [n_tok][n_in / gs] group sums of the quantized x */
     int permuted;
     int x512;          /* the AVX-512 kernels: x as struct qx128 chunks */
+    int dec4;          /* one token, 4 bits: mlxdot4d_avx512 and its x layout */
     int chunk;
     _Atomic int next;
 };
@@ -513,6 +514,10 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
         if (w->kind == GB_WEIGHT_MLX) {
             int gs = w->group_size, ng = n / gs;
 #ifdef GERBIL_HAVE_X86
+            if (j->dec4) {
+                mlx_quant_x4d_avx512(xt, n, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs), j->gsum + (size_t)t * (size_t)ng);
+                continue;
+            }
             if (j->x512) {
                 mlx_quant_x_avx512(xt, n, w->bits, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs),
                                    j->gsum + (size_t)t * (size_t)ng);
@@ -558,6 +563,10 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
+    if (j->dec4) {
+        mlxdot4d_avx512(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz, w->sb_type, (const struct qx128 *)x, g, y);
+        return;
+    }
     if (j->x512) {
         (w->bits == 4 ? mlxdot4_avx512 : mlxdot8_avx512)(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz,
                                                          w->sb_type, x, j->xs, g, (size_t)ng, nt, y,
@@ -643,6 +652,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
                   w->n_in % w->group_size == 0);
         j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
                  qmatmul_has_avx512();
+        j.dec4 = j.x512 && w->bits == 4 && n_tok == 1;
         j.permuted = j.fast && w->bits == 4;
         j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
         j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
