@@ -551,7 +551,7 @@ static void prep_worker(void *ctx, int ith, int nth) {
     prep_tokens(j, (int)lo, (int)hi);
 }
 
-/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, else 1). */
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, any with dec4, else 1). */
 static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
@@ -596,6 +596,10 @@ static void row_worker(void *ctx, int ith, int nth) {
         long o_lo = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (o_lo >= n_out) return;
         int o_hi = o_lo + j->chunk < n_out ? (int)o_lo + j->chunk : n_out;
+        if (j->dec4) { /* the whole chunk in one call (the per-4-row calls were 2.6% of decode) */
+            mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, 0, 1);
+            continue;
+        }
         /* token blocks whose prepared x stays in L2; within one, each weight row is
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
