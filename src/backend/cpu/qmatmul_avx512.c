@@ -250,6 +250,17 @@ AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb
  * (1024 x 1024 rows, 1 thread, best of 3): from L1 27 -> 37 GB/s, from DRAM 18 -> 19
  * (20.6 with the scale / bias prefetch); gerbil bench tg64 27.5 -> 34 tok/s at load 4
  * (with huge pages for the weights). */
+/* Code prefetches: into L1 this far ahead and into L2 (more misses in flight than the L1
+ * has miss buffers for) further. From DRAM, best of 6 interleaved runs at load ~4 (a plain
+ * 512-bit read loop: 24.4 GB/s): 2048 alone 20.1 GB/s, 4096 + 12288 24.9, 2048 + 8192
+ * 22.2, 4096 + 24576 22.4, 1024 + 8192 21.9; 4096 alone 21.4 in another set. */
+#ifndef DEC4_PF_L1
+#define DEC4_PF_L1 4096
+#endif
+#ifndef DEC4_PF_L2
+#define DEC4_PF_L2 12288
+#endif
+
 AI void mlx_dec4_tile(int R, int n, int gs, const uint8_t *codes, size_t rb, const char *sc, const char *bi,
                       size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y) {
     int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
@@ -281,7 +292,8 @@ AI void mlx_dec4_tile(int R, int n, int gs, const uint8_t *codes, size_t rb, con
             __m512 dv = _mm512_loadu_ps(xq[c].dv);
             UNROLL for (int r = 0; r < R; r++) {
                 const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * 64;
-                _mm_prefetch((const char *)cr + PREFETCH, PF_HINT);
+                _mm_prefetch((const char *)cr + DEC4_PF_L1, PF_HINT);
+                _mm_prefetch((const char *)cr + DEC4_PF_L2, _MM_HINT_T1);
                 __m512i v = _mm512_loadu_si512(cr);
                 __m512i we = _mm512_and_si512(v, m4), wo = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we, he);
