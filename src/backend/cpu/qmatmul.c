@@ -693,3 +693,81 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         tp_run(tp, row_worker, &j);
     }
 }
+
+/* ---- decode: several MLX 4-bit matrices against one token ---------------------------------
+ * q/k/v and gate/up read the same x: one x preparation and one tp_run for all of them
+ * (3 + 2 pool round trips per layer become 2). Chunks as matmul_w's for each matrix, taken
+ * from one counter; each row is computed by the same kernel call on the same prepared x,
+ * so the results are matmul_w's bit for bit. */
+
+enum { MULTI_MAX = 4 };
+
+struct mjob {
+    struct qjob j[MULTI_MAX];
+    int k, first[MULTI_MAX + 1]; /* matrix i owns chunks first[i] .. first[i + 1] - 1 */
+    _Atomic int next;
+};
+
+static void multi_worker(void *ctx, int ith, int nth) {
+    struct mjob *m = ctx;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+        if (c >= m->first[m->k]) return;
+        int i = 0;
+        while (c >= m->first[i + 1]) i++;
+        struct qjob *j = &m->j[i];
+        int n_out = (int)j->w->n_out, o_lo = (c - m->first[i]) * j->chunk;
+        int o_hi = o_lo + j->chunk < n_out ? o_lo + j->chunk : n_out;
+        mlx_rows(j, o_lo, o_hi - o_lo, 0, 1);
+    }
+}
+
+int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                   int n_tok, void *work) {
+#ifdef GERBIL_HAVE_X86
+    if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
+    const struct gb_weight *w0 = w[0];
+    for (int i = 0; i < k; i++)
+        if (w[i]->kind != GB_WEIGHT_MLX || w[i]->bits != 4 || w[i]->n_in != w0->n_in ||
+            w[i]->group_size != w0->group_size || w[i]->n_out <= 0)
+            return 0;
+    int n = (int)w0->n_in, gs = w0->group_size;
+    if (n <= 0 || n % 128 != 0 || gs < 32 || gs > 128 || (gs & (gs - 1)) != 0) return 0;
+    struct mjob m;
+    m.k = k;
+    atomic_init(&m.next, 0);
+    char *xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    size_t xs = (size_t)(n / 128) * sizeof(struct qx128);
+    float *gsum = (float *)(xq + xs);
+    mlx_quant_x4d_avx512(x, n, gs, (struct qx128 *)xq, gsum);
+    double macs = 0.0;
+    for (int i = 0; i < k; i++) macs += (double)w[i]->n_in * (double)w[i]->n_out;
+    int nth = macs < MIN_PARALLEL_MACS ? 1 : tp_n_threads(tp);
+    m.first[0] = 0;
+    for (int i = 0; i < k; i++) {
+        struct qjob *j = &m.j[i];
+        memset(j, 0, sizeof *j);
+        j->y = y[i];
+        j->x = x;
+        j->w = w[i];
+        j->n_tok = 1;
+        j->fast = 1;
+        j->x512 = j->dec4 = 1;
+        j->xq = xq;
+        j->xs = xs;
+        j->gsum = gsum;
+        long n_chunks = (long)nth * CHUNKS_PER_THREAD;
+        j->chunk = nth == 1 ? (int)w[i]->n_out : (int)((w[i]->n_out + n_chunks - 1) / n_chunks);
+        if (nth > 1) j->chunk = (j->chunk + 3) & ~3;
+        m.first[i + 1] = m.first[i] + (int)((w[i]->n_out + j->chunk - 1) / j->chunk);
+    }
+    if (nth == 1) multi_worker(&m, 0, 1);
+    else tp_run(tp, multi_worker, &m);
+    return 1;
+#else
+    (void)tp; (void)k; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
+    return 0;
+#endif
+}
