@@ -37,6 +37,24 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* vcvtps2ph rounds to nearest even as f32_to_f16 does, overflow to inf and f16
+ * subnormals included; only NaNs differ (it keeps payload bits; f32_to_f16 gives sign |
+ * 0x7e00), so those lanes are set. Checked against f32_to_f16 on all 2^32 inputs. The
+ * scalar loop was 1.2% of MLX 4-bit decode (tg128, 1 thread). */
+void kv_to_f16_avx512(uint16_t *dst, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        __m256i sign = _mm256_and_si256(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)),
+                                        _mm256_set1_epi16((short)0x8000));
+        h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
+        _mm256_mask_storeu_epi16(dst + i, m, h);
+    }
+}
+
 static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* o[i] += sum_j sc[i][j - jb] v_j for the nq queries, QB at a time (rows past nq have

@@ -5,10 +5,17 @@
 
 #include "backend/ops.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 enum {
     ATTN512_MAX_Q = 16,   /* queries per item: tokens x query heads per kv head */
     ATTN512_MAX_HD = 256, /* head_dim */
 };
+
+/* dst[i] = f32_to_f16(x[i]) (base/fp16.h) bit for bit, 16 at a time (op_kv_store's f16
+ * cache rows). */
+void kv_to_f16_avx512(uint16_t *dst, const float *x, size_t n);
 
 /* Tokens per item for this head grouping (query heads per kv head). */
 static inline int attn512_tokens(int group) { return group >= 8 ? 1 : 8 / group; }

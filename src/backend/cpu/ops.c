@@ -204,6 +204,12 @@ void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, in
         memcpy((float *)cache + off, x, n * sizeof(float));
     } else {
         uint16_t *c = (uint16_t *)cache + off;
+#ifdef GERBIL_HAVE_X86
+        if (kv_type == GB_TYPE_F16 && qmatmul_has_avx512()) {
+            kv_to_f16_avx512(c, x, n);
+            return;
+        }
+#endif
         for (size_t i = 0; i < n; i++) c[i] = f32_to_f16(x[i]);
     }
 }
