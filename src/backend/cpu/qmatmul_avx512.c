@@ -19,6 +19,8 @@
  * chunk and used for every token (prefill), and a decode pass streams 4 rows against
  * one token held in L1. The instruction sequence for one (row, token) is the same in
  * every tile shape, so results depend on neither the tiling nor the thread split.
+ * One-token 4-bit calls (decode) go to mlxdot4d_avx512 (below), which gets the same
+ * exact integer lane sums with fewer instructions, so the same results bit for bit.
  *
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
  * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
