@@ -293,6 +293,35 @@ static void test_ggml(enum gb_type t, unsigned long long *seed) {
     }
 }
 
+/* matmul_w_multi (one token; where it has a fused path) against matmul_w per matrix, bit
+ * for bit, on every pool: w and w less its first row. */
+static void check_multi(const struct gb_weight *w, unsigned long long *seed, const char *what) {
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    if (n_out < 2) return;
+    struct gb_weight w2 = *w;
+    size_t ng = (size_t)(n_in / w->group_size), esz = type_traits(w->sb_type)->type_size;
+    w2.n_out = n_out - 1;
+    w2.data = (const char *)w->data + w->row_bytes;
+    w2.scales = (const char *)w->scales + ng * esz;
+    w2.biases = (const char *)w->biases + ng * esz;
+    const struct gb_weight *ws[2] = {w, &w2};
+    float *x = malloc((size_t)n_in * sizeof *x);
+    for (int i = 0; i < n_in; i++) x[i] = test_rand_f(seed);
+    void *work = malloc(matmul_w_work_size(w, 1) + 64);
+    float *ya = poisoned((size_t)n_out), *yb = poisoned((size_t)n_out), *ra = poisoned((size_t)n_out),
+          *rb = poisoned((size_t)n_out);
+    matmul_w(pools[0], ra, x, w, 1, work);
+    matmul_w(pools[0], rb, x, &w2, 1, work);
+    for (int p = 0; p < 3; p++) {
+        float *ys[2] = {ya, yb};
+        if (!matmul_w_multi(pools[p], 2, ys, x, ws, 1, work)) break; /* no fused path here */
+        CHECKF(memcmp(ya, ra, (size_t)n_out * sizeof(float)) == 0 &&
+                   memcmp(yb, rb, (size_t)(n_out - 1) * sizeof(float)) == 0,
+               "%s n_in %d n_out %d, %d threads: matmul_w_multi differs from matmul_w", what, n_in, n_out, p + 1);
+    }
+    free(x); free(work); free(ya); free(yb); free(ra); free(rb);
+}
+
 static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *seed) {
     static const int outs[] = {1, 5, 33, 67};
     int ins[] = {gs, 384, 640}; /* 384, 640: 3 and 5 chunks of 128 (AVX-512 kernels), 12..20 groups */
@@ -325,6 +354,7 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
                 }
             }
             check_all_tok(&w, deq, mag, 32, 32767.0f, seed, what);
+            check_multi(&w, seed, what);
             free(data);
             free(sc);
             free(bi);

@@ -21,6 +21,11 @@ struct backend {
  * (tensor/weight.h); bias f32 [n_out] or NULL. */
 void op_matmul(struct backend *be, float *y, const float *x, const struct gb_weight *w,
                const float *bias, int n_tok);
+/* op_matmul for k (<= 4) weights with the same input x and n_in (y[i], w[i], bias[i]; bias
+ * may be NULL or hold NULLs): one pass over the thread pool where matmul_w_multi has a
+ * fused path, else k op_matmul calls; the same results either way. */
+void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                     const float *const *bias, int n_tok);
 /* Scratch op_matmul needs for w with up to n_tok rows. */
 size_t op_matmul_work_size(const struct gb_weight *w, int n_tok);
 /* y[t][:] = rows ids[t] of the embedding table E [n_vocab][n_embd] as f32. */

@@ -70,6 +70,13 @@ gerbil_status mapped_file_copy_to_memory(struct mapped_file *mf, load_progress_f
     void *copy = mmap(NULL, mf->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED)
         return err_set(GERBIL_ERR_NOMEM, "%s: cannot allocate %zu bytes to load the file", mf->path, mf->size);
+#ifdef MADV_HUGEPAGE
+    /* 2 MiB pages where transparent huge pages are "madvise" (a hint; failure is harmless):
+     * decode streams every weight once per token, and with 4 KiB pages that is a TLB miss
+     * per 4 KiB. Measured: the MLX 4-bit decode kernel over 512 MiB 18.5 -> 19.4 GB/s
+     * (best of 3, Zen 5, 1 thread). */
+    madvise(copy, mf->size, MADV_HUGEPAGE);
+#endif
     const size_t chunk = (size_t)64 << 20;
     for (size_t off = 0; off < mf->size; off += chunk) {
         size_t n = mf->size - off < chunk ? mf->size - off : chunk;

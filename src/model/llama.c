@@ -220,11 +220,14 @@ static void attention_block(struct gerbil_session *s, int l, int n, const float 
                 memcpy(s->q + (size_t)t * Q + (size_t)h * hd, src, (size_t)hd * sizeof(float));
                 memcpy(s->gate + (size_t)t * Q + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
             }
-    } else {
-        op_matmul(be, s->q, xn, &w->wq, w->bq, n);                   /* q = xn Wq^T */
+        op_matmul(be, s->k, xn, &w->wk, w->bk, n);                   /* k = xn Wk^T */
+        op_matmul(be, s->v, xn, &w->wv, w->bv, n);                   /* v = xn Wv^T */
+    } else {                                                         /* q, k, v = xn W^T */
+        float *const ys[3] = {s->q, s->k, s->v};
+        const struct gb_weight *const ws[3] = {&w->wq, &w->wk, &w->wv};
+        const float *const bs[3] = {w->bq, w->bk, w->bv};
+        op_matmul_multi(be, 3, ys, xn, ws, bs, n);
     }
-    op_matmul(be, s->k, xn, &w->wk, w->bk, n);                       /* k = xn Wk^T */
-    op_matmul(be, s->v, xn, &w->wv, w->bv, n);                       /* v = xn Wv^T */
     if (w->q_norm) {                                                 /* Qwen3, LFM2: per-head norms */
         op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
         op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
@@ -257,8 +260,10 @@ static void ffn_block(struct gerbil_session *s, int l, int n) {
     const struct layer_weights *w = &s->model->layers[l];
     struct backend *be = &s->be;
     const long nf = (long)n * c->n_ff;
-    op_matmul(be, s->gate, s->xn, &w->w_gate, w->b_gate, n);         /* gate = xn Wg^T */
-    op_matmul(be, s->up, s->xn, &w->w_up, w->b_up, n);               /* up = xn Wu^T */
+    float *const ys[2] = {s->gate, s->up};                           /* gate, up = xn W^T */
+    const struct gb_weight *const ws[2] = {&w->w_gate, &w->w_up};
+    const float *const bs[2] = {w->b_gate, w->b_up};
+    op_matmul_multi(be, 2, ys, s->xn, ws, bs, n);
     if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, s->gate, s->gate, s->up, nf);
     else op_silu_mul(be, s->gate, s->gate, s->up, nf);               /* gate = act(gate) * up */
     op_matmul(be, s->xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */

@@ -42,8 +42,8 @@ void axpy_f16(float *y, float a, const uint16_t *v, int n);
 double sumsq_f32_ref(const float *x, int n);
 double sumsq_f32(const float *x, int n);
 
-/* y[i] = f16(x[i]), rounded to nearest even (base/fp16.h's f32_to_f16; the fast version
- * (F16C) differs only in the payload of NaNs). */
+/* y[i] = f16(x[i]), rounded to nearest even: base/fp16.h's f32_to_f16 bit for bit (the
+ * fast version with F16C). */
 void f32_to_f16_row_ref(uint16_t *y, const float *x, long n);
 void f32_to_f16_row(uint16_t *y, const float *x, long n);
 
@@ -69,6 +69,12 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
  * (may be NULL when that is 0). Quantized formats may quantize x once per call (to
  * 8-bit blocks) for their dot products; the per-format error bound is in the tests. */
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
+/* y[i] = x . w[i]^T for k (<= 4) matrices sharing x in one pass over the pool, with the
+ * results of k matmul_w calls bit for bit; 1 where done, 0 (nothing done) where this
+ * combination has no fused path (for now: one token, MLX 4-bit, AVX-512). work: as for
+ * matmul_w(w[0], n_tok). */
+int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                   int n_tok, void *work);
 
 /* 1 when the AVX2/FMA/F16C kernels are in use (for tests and `gerbil info`). */
 int cpu_has_avx2(void);

@@ -418,11 +418,17 @@ double sumsq_f32_avx2(const float *x, int n) {
     return ss;
 }
 
+/* vcvtps2ph rounds to nearest even as f32_to_f16 does, overflow to inf and f16 subnormals
+ * included; only NaNs differ (it keeps payload bits), so those go through f32_to_f16. */
 void f32_to_f16_row_avx2(uint16_t *y, const float *x, long n) {
     long i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) y[i] = (uint16_t)_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+            for (long j = i; j < i + 8; j++) y[j] = f32_to_f16(x[j]);
+    }
+    for (; i < n; i++) y[i] = f32_to_f16(x[i]);
 }
 
 void silu_mul_avx2(float *y, const float *g, const float *u, long n) {

@@ -26,6 +26,23 @@ void op_matmul(struct backend *be, float *y, const float *x, const struct gb_wei
             for (int i = 0; i < n_out; i++) y[(size_t)t * n_out + i] += bias[i];
 }
 
+void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                     const float *const *bias, int n_tok) {
+    if (!be->reference) {
+        GB_ASSERT(matmul_w_work_size(w[0], n_tok) <= be->work_size);
+        if (matmul_w_multi(be->tp, k, y, x, w, n_tok, be->work)) {
+            for (int i = 0; i < k; i++) {
+                const int n_out = (int)w[i]->n_out;
+                if (bias && bias[i])
+                    for (int t = 0; t < n_tok; t++)
+                        for (int o = 0; o < n_out; o++) y[i][(size_t)t * n_out + o] += bias[i][o];
+            }
+            return;
+        }
+    }
+    for (int i = 0; i < k; i++) op_matmul(be, y[i], x, w[i], bias ? bias[i] : NULL, n_tok);
+}
+
 size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) { return matmul_w_work_size(w, n_tok); }
 
 void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok) {

@@ -611,6 +611,7 @@ struct qjob {
     float *gsum;       /* [n_tok][n_in / gs] group sums of the quantized x */
     int permuted;
     int x512;          /* the AVX-512 kernels: x as struct qx128 chunks */
+    int dec4;          /* one token, 4 bits: mlxdot4d_avx512 and its x layout */
     int chunk;
     _Atomic int next;
 };
@@ -624,6 +625,10 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
         if (w->kind == GB_WEIGHT_MLX) {
             int gs = w->group_size, ng = n / gs;
 #ifdef GERBIL_HAVE_X86
+            if (j->dec4) {
+                mlx_quant_x4d_avx512(xt, n, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs), j->gsum + (size_t)t * (size_t)ng);
+                continue;
+            }
             if (j->x512) {
                 mlx_quant_x_avx512(xt, n, w->bits, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs),
                                    j->gsum + (size_t)t * (size_t)ng);
@@ -659,7 +664,7 @@ static void prep_worker(void *ctx, int ith, int nth) {
     prep_tokens(j, (int)lo, (int)hi);
 }
 
-/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, else 1). */
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, any with dec4, else 1). */
 static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
@@ -671,6 +676,10 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
+    if (j->dec4) {
+        mlxdot4d_avx512(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz, w->sb_type, (const struct qx128 *)x, g, y);
+        return;
+    }
     if (j->x512) {
         (w->bits == 4 ? mlxdot4_avx512 : mlxdot8_avx512)(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz,
                                                          w->sb_type, x, j->xs, g, (size_t)ng, nt, y,
@@ -700,6 +709,10 @@ static void row_worker(void *ctx, int ith, int nth) {
         long o_lo = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (o_lo >= n_out) return;
         int o_hi = o_lo + j->chunk < n_out ? (int)o_lo + j->chunk : n_out;
+        if (j->dec4) { /* the whole chunk in one call (the per-4-row calls were 2.6% of decode) */
+            mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, 0, 1);
+            continue;
+        }
         /* token blocks whose prepared x stays in L2; within one, each weight row is
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
@@ -765,6 +778,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
                   w->n_in % w->group_size == 0);
         j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
                  qmatmul_has_avx512();
+        j.dec4 = j.x512 && w->bits == 4 && n_tok == 1;
         j.permuted = j.fast && w->bits == 4;
         j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
         j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
@@ -800,4 +814,82 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         if (j.x512 || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
+}
+
+/* ---- decode: several MLX 4-bit matrices against one token ---------------------------------
+ * q/k/v and gate/up read the same x: one x preparation and one tp_run for all of them
+ * (3 + 2 pool round trips per layer become 2). Chunks as matmul_w's for each matrix, taken
+ * from one counter; each row is computed by the same kernel call on the same prepared x,
+ * so the results are matmul_w's bit for bit. */
+
+enum { MULTI_MAX = 4 };
+
+struct mjob {
+    struct qjob j[MULTI_MAX];
+    int k, first[MULTI_MAX + 1]; /* matrix i owns chunks first[i] .. first[i + 1] - 1 */
+    _Atomic int next;
+};
+
+static void multi_worker(void *ctx, int ith, int nth) {
+    struct mjob *m = ctx;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+        if (c >= m->first[m->k]) return;
+        int i = 0;
+        while (c >= m->first[i + 1]) i++;
+        struct qjob *j = &m->j[i];
+        int n_out = (int)j->w->n_out, o_lo = (c - m->first[i]) * j->chunk;
+        int o_hi = o_lo + j->chunk < n_out ? o_lo + j->chunk : n_out;
+        mlx_rows(j, o_lo, o_hi - o_lo, 0, 1);
+    }
+}
+
+int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                   int n_tok, void *work) {
+#ifdef GERBIL_HAVE_X86
+    if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
+    const struct gb_weight *w0 = w[0];
+    for (int i = 0; i < k; i++)
+        if (w[i]->kind != GB_WEIGHT_MLX || w[i]->bits != 4 || w[i]->n_in != w0->n_in ||
+            w[i]->group_size != w0->group_size || w[i]->n_out <= 0)
+            return 0;
+    int n = (int)w0->n_in, gs = w0->group_size;
+    if (n <= 0 || n % 128 != 0 || gs < 32 || gs > 128 || (gs & (gs - 1)) != 0) return 0;
+    struct mjob m;
+    m.k = k;
+    atomic_init(&m.next, 0);
+    char *xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    size_t xs = (size_t)(n / 128) * sizeof(struct qx128);
+    float *gsum = (float *)(xq + xs);
+    mlx_quant_x4d_avx512(x, n, gs, (struct qx128 *)xq, gsum);
+    double macs = 0.0;
+    for (int i = 0; i < k; i++) macs += (double)w[i]->n_in * (double)w[i]->n_out;
+    int nth = macs < MIN_PARALLEL_MACS ? 1 : tp_n_threads(tp);
+    m.first[0] = 0;
+    for (int i = 0; i < k; i++) {
+        struct qjob *j = &m.j[i];
+        memset(j, 0, sizeof *j);
+        j->y = y[i];
+        j->x = x;
+        j->w = w[i];
+        j->n_tok = 1;
+        j->fast = 1;
+        j->x512 = j->dec4 = 1;
+        j->xq = xq;
+        j->xs = xs;
+        j->gsum = gsum;
+        long n_chunks = (long)nth * CHUNKS_PER_THREAD;
+        j->chunk = nth == 1 ? (int)w[i]->n_out : (int)((w[i]->n_out + n_chunks - 1) / n_chunks);
+        if (nth > 1) j->chunk = (j->chunk + 3) & ~3;
+        m.first[i + 1] = m.first[i] + (int)((w[i]->n_out + j->chunk - 1) / j->chunk);
+    }
+    if (nth == 1) multi_worker(&m, 0, 1);
+    else tp_run(tp, multi_worker, &m);
+    return 1;
+#else
+    (void)tp; (void)k; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
+    return 0;
+#endif
 }

@@ -19,6 +19,8 @@
  * chunk and used for every token (prefill), and a decode pass streams 4 rows against
  * one token held in L1. The instruction sequence for one (row, token) is the same in
  * every tile shape, so results depend on neither the tiling nor the thread split.
+ * One-token 4-bit calls (decode) go to mlxdot4d_avx512 (below), which gets the same
+ * exact integer lane sums with fewer instructions, so the same results bit for bit.
  *
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
  * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
@@ -39,7 +41,13 @@ enum { MR = 4, MT = 2 };
  * time; a software prefetch this many bytes ahead (the next tile, for 1024-wide rows)
  * ran MLX 4-bit decode 1.2-1.35x faster end to end (gerbil bench tg64, 1 thread, load ~5;
  * 2048, 4096 and 8192 within noise of each other). */
-enum { PREFETCH = 2048 };
+#ifndef PREFETCH
+#define PREFETCH 2048
+#endif
+/* Into L1: T1, T2 and NTA ran the 4-bit decode kernel within noise of T0 from DRAM. */
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 /* Rows per decode tile: 1, so the weights stream sequentially; 4 interleaved rows ran
  * Q8_0 decode at 21 against 33 tok/s end to end (MLX 4-bit ~41 both ways). */
 #ifndef DEC_R
@@ -48,7 +56,8 @@ enum { PREFETCH = 2048 };
 
 /* ---- activations ----------------------------------------------------------------------- */
 
-void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
+/* dec4: the layout of the 4-bit decode kernel (mlxdot4d_avx512) instead */
+AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum, int dec4) {
     const __m512i ie = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
                                         24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_add_epi16(ie, _mm512_set1_epi16(1));
@@ -75,7 +84,22 @@ void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *o
         __m512i E1 = _mm512_permutex2var_epi16(B[2], ie, B[3]), O1 = _mm512_permutex2var_epi16(B[2], io, B[3]);
         int16_t *qs = out[c].qs;
         float *dv = out[c].dv;
-        if (bits == 4) {
+        if (dec4) {
+            /* bytes: high bytes of the even elements, of the odd ones, then the low bytes */
+            uint8_t *qb = (uint8_t *)qs;
+            __m512i he = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(E0, 8))),
+                                            _mm512_cvtepi16_epi8(_mm512_srai_epi16(E1, 8)), 1);
+            __m512i ho = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(O0, 8))),
+                                            _mm512_cvtepi16_epi8(_mm512_srai_epi16(O1, 8)), 1);
+            __m512i le = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(E0)), _mm512_cvtepi16_epi8(E1), 1);
+            __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(O0)), _mm512_cvtepi16_epi8(O1), 1);
+            _mm512_storeu_si512(qb, he);
+            _mm512_storeu_si512(qb + 64, ho);
+            _mm512_storeu_si512(qb + 128, le);
+            _mm512_storeu_si512(qb + 192, lo);
+            for (int m = 0; m < 16; m++) dv[m] = d[m / 4];
+            for (int m = 16; m < 32; m++) dv[m] = 0.0f;
+        } else if (bits == 4) {
             /* x[4k + j]: every other element of the evens (j = 0, 2) or the odds (1, 3) */
             _mm512_storeu_si512(qs, _mm512_permutex2var_epi16(E0, ie, E1));
             _mm512_storeu_si512(qs + 32, _mm512_permutex2var_epi16(O0, ie, O1));
@@ -91,6 +115,14 @@ void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *o
             for (int m = 0; m < 32; m++) dv[m] = d[m / 8];
         }
     }
+}
+
+void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
+    mlx_quant_x(x, n, bits, gs, out, gsum, 0);
+}
+
+void mlx_quant_x4d_avx512(const float *x, int n, int gs, struct qx128 *out, float *gsum) {
+    mlx_quant_x(x, n, 4, gs, out, gsum, 1);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
@@ -133,7 +165,7 @@ AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, si
             UNROLL for (int r = 0; r < R; r++) {
                 __m512i w0, w1, w2, w3;
                 const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * (size_t)(16 * bits);
-                if (T == 1) _mm_prefetch((const char *)cr + PREFETCH, _MM_HINT_T0);
+                if (T == 1) _mm_prefetch((const char *)cr + PREFETCH, PF_HINT);
                 if (bits == 4) {
                     __m512i v = _mm512_loadu_si512(cr);
                     w0 = _mm512_and_si512(v, m4);
@@ -205,6 +237,95 @@ AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb
             }
         }
     }
+}
+
+/* ---- 4-bit decode ------------------------------------------------------------------------
+ * One token against R rows. x = 256 h + l (h signed, l unsigned bytes; exact for 16-bit
+ * x), so a lane's integer sum is 256 (codes . h) + (codes . l): vpdpbusd with the codes
+ * as the unsigned operand for h and as the signed one for l (codes 0..15 are both), two
+ * code vectors per 64-byte load (low nibbles = even elements, high nibbles = odd ones:
+ * byte j holds elements 2j, 2j + 1). Lane m covers bytes 4m..4m+3, i.e. elements
+ * 8m..8m+7 as in mlx_tile, and its sum is the same exact integer, so every later float
+ * operation, and the result, is bit for bit mlx_tile's (the prefill path of the same
+ * token). Per chunk: 3 unpack ops and 4 dot products + 1 shift against 6 + 4, and 6
+ * loads against 9 (the compiler folds the code load into each shift there). Measured
+ * (1024 x 1024 rows, 1 thread, best of 3): from L1 27 -> 37 GB/s, from DRAM 18 -> 19
+ * (20.6 with the scale / bias prefetch); gerbil bench tg64 27.5 -> 34 tok/s at load 4
+ * (with huge pages for the weights). */
+/* Code prefetches: into L1 this far ahead and into L2 (more misses in flight than the L1
+ * has miss buffers for) further. From DRAM, best of 6 interleaved runs at load ~4 (a plain
+ * 512-bit read loop: 24.4 GB/s): 2048 alone 20.1 GB/s, 4096 + 12288 24.9, 2048 + 8192
+ * 22.2, 4096 + 24576 22.4, 1024 + 8192 21.9; 4096 alone 21.4 in another set. */
+#ifndef DEC4_PF_L1
+#define DEC4_PF_L1 4096
+#endif
+#ifndef DEC4_PF_L2
+#define DEC4_PF_L2 12288
+#endif
+
+AI void mlx_dec4_tile(int R, int n, int gs, const uint8_t *codes, size_t rb, const char *sc, const char *bi,
+                      size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y) {
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
+    __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i i0 = _mm512_srli_epi32(_mm512_slli_epi32(lane, 3), lg);
+    const __m512i step = _mm512_set1_epi32(128 >> lg);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const size_t esz = sbt == GB_TYPE_F32 ? 4 : 2;
+    __m512 acc[MR];
+    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
+        __mmask16 m = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __m512 s16[MR];
+        __m512 gs16 = _mm512_maskz_loadu_ps(m, gsum + g0);
+        UNROLL for (int r = 0; r < R; r++) {
+            /* the scale and bias streams too (1/8 of the codes' bytes; from DRAM the kernel
+             * ran 19.0 -> 20.6 GB/s with it, 16 rows ahead; 4 rows: 20.4) */
+            _mm_prefetch(sc + (size_t)(r + 16) * sbr + (size_t)g0 * esz, PF_HINT);
+            _mm_prefetch(bi + (size_t)(r + 16) * sbr + (size_t)g0 * esz, PF_HINT);
+            __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
+            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
+            acc[r] = _mm512_fmadd_ps(b, gs16, acc[r]);
+        }
+        int c1 = (ng - g0 >= 16 ? g0 + 16 : ng) >> (7 - lg);
+        for (; c < c1; c++, i0 = _mm512_add_epi32(i0, step)) {
+            const uint8_t *xb = (const uint8_t *)xq[c].qs;
+            __m512i he = _mm512_loadu_si512(xb), ho = _mm512_loadu_si512(xb + 64);
+            __m512i le = _mm512_loadu_si512(xb + 128), lo = _mm512_loadu_si512(xb + 192);
+            __m512 dv = _mm512_loadu_ps(xq[c].dv);
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * 64;
+                _mm_prefetch((const char *)cr + DEC4_PF_L1, PF_HINT);
+                _mm_prefetch((const char *)cr + DEC4_PF_L2, _MM_HINT_T1);
+                __m512i v = _mm512_loadu_si512(cr);
+                __m512i we = _mm512_and_si512(v, m4), wo = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we, he);
+                s = _mm512_dpbusd_epi32(s, wo, ho);
+                s = _mm512_slli_epi32(s, 8);
+                s = _mm512_dpbusd_epi32(s, le, we);
+                s = _mm512_dpbusd_epi32(s, lo, wo);
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), dv);
+                acc[r] = _mm512_fmadd_ps(f, _mm512_permutexvar_ps(i0, s16[r]), acc[r]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* Rows per decode tile: 2 share the x loads (41 against 37 GB/s from L1) but ran 16.8
+ * against 19.2 GB/s from DRAM (two code streams). */
+#ifndef DEC4_R
+#define DEC4_R 1
+#endif
+
+void mlxdot4d_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                     size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y) {
+    int r0 = 0;
+    for (; r0 + DEC4_R <= nr; r0 += DEC4_R)
+        mlx_dec4_tile(DEC4_R, n, gs, codes + (size_t)r0 * rb, rb, (const char *)sc + (size_t)r0 * sbr,
+                      (const char *)bi + (size_t)r0 * sbr, sbr, sbt, xq, gsum, y + r0);
+    for (; r0 < nr; r0++)
+        mlx_dec4_tile(1, n, gs, codes + (size_t)r0 * rb, rb, (const char *)sc + (size_t)r0 * sbr,
+                      (const char *)bi + (size_t)r0 * sbr, sbr, sbt, xq, gsum, y + r0);
 }
 
 void mlxdot4_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
