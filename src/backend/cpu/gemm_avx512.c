@@ -42,10 +42,9 @@
 enum {
     PR = 32,       /* rows per panel: two zmm of 16 */
     KB = 512,      /* k per panel block: 32 KB of panel, L1-resident while every token uses it */
-    TT = GEMM_TT,  /* tokens per bf16 tile: 24 accumulators */
-    TM = GEMM_TM,  /* tokens per MLX tile: 24 int32 accumulators; the f32 ones, touched once
-                      per group, live in memory (bench_qmatmul gemm, 512 tokens: 308 against
-                      281 GFLOP/s with 6 tokens and all in registers) */
+    TT = GEMM_T,   /* tokens per tile: 24 accumulators (bf16: f32 ones; MLX: int32 ones, its
+                      f32 ones, touched once per group, live in memory: bench_qmatmul gemm, 512
+                      tokens, 308 against 281 GFLOP/s with 6 tokens and all in registers) */
 };
 
 enum gemm_kind gemm_kind_of(const struct gb_weight *w) {
@@ -63,11 +62,11 @@ static inline uint32_t *x_pair(uint32_t *xp, int n, int T, int t, int p) {
 }
 
 void gemm_bf16_x_avx512(const float *x, int n, int t, uint32_t *xp) {
-    uint32_t *o = x_pair(xp, n, GEMM_TT, t, 0);
+    uint32_t *o = x_pair(xp, n, TT, t, 0);
     for (int i = 0; i < n; i += 32) {
         _Alignas(64) uint32_t v[16];
         _mm512_store_si512(v, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
-        for (int j = 0; j < 16; j++) o[(size_t)(i / 2 + j) * GEMM_TT] = v[j];
+        for (int j = 0; j < 16; j++) o[(size_t)(i / 2 + j) * TT] = v[j];
     }
 }
 
@@ -190,32 +189,19 @@ static void pack(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, 
     }
 }
 
-/* ---- GEMM tile ----------------------------------------------------------------------- */
+/* ---- GEMM tiles ---------------------------------------------------------------------- */
 
-/* T tokens x 32 rows over np pairs of k: y (masked by m0, m1 for rows 0..15, 16..31)
- * starts from 0 (first) or from y. */
-AI void tile(int T, const uint32_t *pan, int np, const uint32_t *x, float *y, size_t ldy, __mmask16 m0, __mmask16 m1,
-             int first) {
-    __m512 a0[TT], a1[TT];
+/* The f32 accumulators of T tokens x 32 rows: zero (first K block) or y so far; masks m0,
+ * m1 for rows 0..15, 16..31. */
+AI void acc_load(int T, const float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first, __m512 *a0, __m512 *a1) {
 #pragma GCC unroll 12
     for (int t = 0; t < T; t++) {
-        if (first) {
-            a0[t] = a1[t] = _mm512_setzero_ps();
-        } else {
-            a0[t] = _mm512_maskz_loadu_ps(m0, y + (size_t)t * ldy);
-            a1[t] = _mm512_maskz_loadu_ps(m1, y + (size_t)t * ldy + 16);
-        }
+        a0[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y + (size_t)t * ldy);
+        a1[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + (size_t)t * ldy + 16);
     }
-    for (int p = 0; p < np; p++) {
-        __m512bh w0 = (__m512bh)_mm512_load_si512(pan + (size_t)p * PR);
-        __m512bh w1 = (__m512bh)_mm512_load_si512(pan + (size_t)p * PR + 16);
-#pragma GCC unroll 12
-        for (int t = 0; t < T; t++) {
-            __m512bh b = (__m512bh)_mm512_set1_epi32((int)x[(size_t)p * GEMM_TT + t]);
-            a0[t] = _mm512_dpbf16_ps(a0[t], w0, b);
-            a1[t] = _mm512_dpbf16_ps(a1[t], w1, b);
-        }
-    }
+}
+
+AI void acc_store(int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, const __m512 *a0, const __m512 *a1) {
 #pragma GCC unroll 12
     for (int t = 0; t < T; t++) {
         _mm512_mask_storeu_ps(y + (size_t)t * ldy, m0, a0[t]);
@@ -223,40 +209,23 @@ AI void tile(int T, const uint32_t *pan, int np, const uint32_t *x, float *y, si
     }
 }
 
-#define TILE(n) tile(n, pan, kn / 2, xt, yt, ldy, m0, m1, k0 == 0)
-
-void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, int n_tok, float *y,
-                           size_t ldy) {
-    _Alignas(64) uint32_t pan[KB / 2 * PR];
-    int n_in = (int)w->n_in;
-    for (int r0 = 0; r0 < nr; r0 += PR) {
-        int pr = nr - r0 < PR ? nr - r0 : PR;
-        __mmask16 m0 = (__mmask16)(pr >= 16 ? 0xffff : (1u << pr) - 1u);
-        __mmask16 m1 = (__mmask16)(pr >= 32 ? 0xffff : pr > 16 ? (1u << (pr - 16)) - 1u : 0u);
-        for (int k0 = 0; k0 < n_in; k0 += KB) {
-            int kn = n_in - k0 < KB ? n_in - k0 : KB;
-            pack(w, o0 + r0, pr, k0, kn, pan);
-            for (int t0 = 0; t0 < n_tok; t0 += TT) {
-                int T = n_tok - t0 < TT ? n_tok - t0 : TT;
-                const uint32_t *xt = x_pair((uint32_t *)xp, n_in, TT, t0, k0 / 2);
-                float *yt = y + (size_t)t0 * ldy + o0 + r0;
-                switch (T) {
-                case 12: TILE(12); break;
-                case 11: TILE(11); break;
-                case 10: TILE(10); break;
-                case 9: TILE(9); break;
-                case 8: TILE(8); break;
-                case 7: TILE(7); break;
-                case 6: TILE(6); break;
-                case 5: TILE(5); break;
-                case 4: TILE(4); break;
-                case 3: TILE(3); break;
-                case 2: TILE(2); break;
-                default: TILE(1); break;
-                }
-            }
+/* T tokens x 32 rows over np pairs of k: y (masked by m0, m1 for rows 0..15, 16..31)
+ * starts from 0 (first) or from y. */
+AI void tile(int T, const uint32_t *pan, int np, const uint32_t *x, float *y, size_t ldy, __mmask16 m0, __mmask16 m1,
+             int first) {
+    __m512 a0[TT], a1[TT];
+    acc_load(T, y, ldy, m0, m1, first, a0, a1);
+    for (int p = 0; p < np; p++) {
+        __m512bh w0 = (__m512bh)_mm512_load_si512(pan + (size_t)p * PR);
+        __m512bh w1 = (__m512bh)_mm512_load_si512(pan + (size_t)p * PR + 16);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; t++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)x[(size_t)p * TT + t]);
+            a0[t] = _mm512_dpbf16_ps(a0[t], w0, b);
+            a1[t] = _mm512_dpbf16_ps(a1[t], w1, b);
         }
     }
+    acc_store(T, y, ldy, m0, m1, a0, a1);
 }
 
 /* ---- MLX 4/8-bit: a 16-bit integer GEMM ---------------------------------------------------
@@ -269,7 +238,7 @@ void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint
  * is w . (x~ - x), 2^-15 of each group's largest |x| per element. */
 
 void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float *d, float *sum) {
-    uint32_t *o = x_pair(xp, n, GEMM_TM, t, 0);
+    uint32_t *o = x_pair(xp, n, TT, t, 0);
     for (int g = 0; g < n / gs; g++) {
         const float *xg = x + (size_t)g * gs;
         __m512 amax = _mm512_setzero_ps();
@@ -282,7 +251,7 @@ void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float
             s = _mm512_add_epi32(s, v);
             _Alignas(32) uint32_t pr[8];
             _mm256_store_si256((__m256i *)pr, _mm512_cvtepi32_epi16(v));
-            for (int j = 0; j < 8; j++) o[(size_t)((g * gs + i) / 2 + j) * GEMM_TM] = pr[j];
+            for (int j = 0; j < 8; j++) o[(size_t)((g * gs + i) / 2 + j) * TT] = pr[j];
         }
         d[g] = m / 32767.0f;
         sum[g] = d[g] * (float)_mm512_reduce_add_epi32(s);
@@ -355,25 +324,17 @@ AI void dpwssd(__m512i *acc, __m512i a, __m512i b) { __asm__("vpdpwssd %2, %1, %
 AI void tile_mlx(int T, const uint32_t *pan, const float *ps, const float *pb, int ngr, int gp, const uint32_t *x,
                  const float *xd, const float *xsum, size_t gstr, float *y, size_t ldy, __mmask16 m0,
                  __mmask16 m1, int first) {
-    __m512 f0[TM], f1[TM];
-#pragma GCC unroll 12
-    for (int t = 0; t < T; t++) {
-        if (first) {
-            f0[t] = f1[t] = _mm512_setzero_ps();
-        } else {
-            f0[t] = _mm512_maskz_loadu_ps(m0, y + (size_t)t * ldy);
-            f1[t] = _mm512_maskz_loadu_ps(m1, y + (size_t)t * ldy + 16);
-        }
-    }
+    __m512 f0[TT], f1[TT];
+    acc_load(T, y, ldy, m0, m1, first, f0, f1);
     for (int gi = 0; gi < ngr; gi++) {
-        __m512i i0[TM], i1[TM];
+        __m512i i0[TT], i1[TT];
 #pragma GCC unroll 12
         for (int t = 0; t < T; t++) i0[t] = i1[t] = _mm512_setzero_si512();
         for (int p = gi * gp; p < (gi + 1) * gp; p++) {
             __m512i w0 = _mm512_load_si512(pan + (size_t)p * PR), w1 = _mm512_load_si512(pan + (size_t)p * PR + 16);
 #pragma GCC unroll 12
             for (int t = 0; t < T; t++) {
-                __m512i b = _mm512_set1_epi32((int)x[(size_t)p * TM + t]);
+                __m512i b = _mm512_set1_epi32((int)x[(size_t)p * TT + t]);
                 dpwssd(&i0[t], w0, b);
                 dpwssd(&i1[t], w1, b);
             }
@@ -389,48 +350,59 @@ AI void tile_mlx(int T, const uint32_t *pan, const float *ps, const float *pb, i
             f1[t] = _mm512_fmadd_ps(c1, sv, f1[t]);
         }
     }
-#pragma GCC unroll 12
-    for (int t = 0; t < T; t++) {
-        _mm512_mask_storeu_ps(y + (size_t)t * ldy, m0, f0[t]);
-        _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16, m1, f1[t]);
-    }
+    acc_store(T, y, ldy, m0, m1, f0, f1);
 }
 
-#define TILE_MLX(n) \
-    tile_mlx(n, pan, ps, pb, kn / gs, gs / 2, xt, xd + (size_t)t0 * gstr + k0 / gs, xsum + (size_t)t0 * gstr + k0 / gs, \
-             gstr, yt, ldy, m0, m1, k0 == 0)
+/* ---- the driver: panels of 32 rows, K blocks, token tiles ------------------------------ */
 
-void gemm_mlx_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, const float *xd,
-                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy) {
+#define TILE(n)                                                                                                  \
+    (mlx ? tile_mlx(n, pan, ps, pb, kn / gs, gs / 2, xt, xd + (size_t)t0 * gstr + k0 / gs,                      \
+                    xsum + (size_t)t0 * gstr + k0 / gs, gstr, yt, ldy, m0, m1, k0 == 0)                          \
+         : tile(n, pan, kn / 2, xt, yt, ldy, m0, m1, k0 == 0))
+
+/* mlx: w is MLX 4/8-bit (pack_mlx, tile_mlx; xd, xsum, gstr used), else bf16 (pack, tile). */
+static void gemm_rows(const struct gb_weight *w, int mlx, int o0, int nr, const uint32_t *xp, const float *xd,
+                      const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy) {
     _Alignas(64) uint32_t pan[KB / 2 * PR];
     _Alignas(64) float ps[KB / 32 * PR], pb[KB / 32 * PR];
-    int n_in = (int)w->n_in, gs = w->group_size;
+    int n_in = (int)w->n_in, gs = mlx ? w->group_size : 0;
     for (int r0 = 0; r0 < nr; r0 += PR) {
         int pr = nr - r0 < PR ? nr - r0 : PR;
         __mmask16 m0 = (__mmask16)(pr >= 16 ? 0xffff : (1u << pr) - 1u);
         __mmask16 m1 = (__mmask16)(pr >= 32 ? 0xffff : pr > 16 ? (1u << (pr - 16)) - 1u : 0u);
         for (int k0 = 0; k0 < n_in; k0 += KB) {
             int kn = n_in - k0 < KB ? n_in - k0 : KB;
-            pack_mlx(w, o0 + r0, pr, k0, kn, pan, ps, pb);
-            for (int t0 = 0; t0 < n_tok; t0 += TM) {
-                int T = n_tok - t0 < TM ? n_tok - t0 : TM;
-                const uint32_t *xt = x_pair((uint32_t *)xp, n_in, TM, t0, k0 / 2);
+            if (mlx) pack_mlx(w, o0 + r0, pr, k0, kn, pan, ps, pb);
+            else pack(w, o0 + r0, pr, k0, kn, pan);
+            for (int t0 = 0; t0 < n_tok; t0 += TT) {
+                int T = n_tok - t0 < TT ? n_tok - t0 : TT;
+                const uint32_t *xt = x_pair((uint32_t *)xp, n_in, TT, t0, k0 / 2);
                 float *yt = y + (size_t)t0 * ldy + o0 + r0;
                 switch (T) {
-                case 12: TILE_MLX(12); break;
-                case 11: TILE_MLX(11); break;
-                case 10: TILE_MLX(10); break;
-                case 9: TILE_MLX(9); break;
-                case 8: TILE_MLX(8); break;
-                case 7: TILE_MLX(7); break;
-                case 6: TILE_MLX(6); break;
-                case 5: TILE_MLX(5); break;
-                case 4: TILE_MLX(4); break;
-                case 3: TILE_MLX(3); break;
-                case 2: TILE_MLX(2); break;
-                default: TILE_MLX(1); break;
+                case 12: TILE(12); break;
+                case 11: TILE(11); break;
+                case 10: TILE(10); break;
+                case 9: TILE(9); break;
+                case 8: TILE(8); break;
+                case 7: TILE(7); break;
+                case 6: TILE(6); break;
+                case 5: TILE(5); break;
+                case 4: TILE(4); break;
+                case 3: TILE(3); break;
+                case 2: TILE(2); break;
+                default: TILE(1); break;
                 }
             }
         }
     }
+}
+
+void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, int n_tok, float *y,
+                           size_t ldy) {
+    gemm_rows(w, 0, o0, nr, xp, NULL, NULL, 0, n_tok, y, ldy);
+}
+
+void gemm_mlx_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, const float *xd,
+                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy) {
+    gemm_rows(w, 1, o0, nr, xp, xd, xsum, gstr, n_tok, y, ldy);
 }

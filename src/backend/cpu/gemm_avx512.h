@@ -24,10 +24,10 @@ void qmatmul_set_gemm_min_tok(int n);
 enum gemm_kind { GEMM_NONE, GEMM_BF16, GEMM_MLX16 };
 enum gemm_kind gemm_kind_of(const struct gb_weight *w);
 
-/* x is stored for the GEMMs in tiles of GEMM_TT (bf16) or GEMM_TM (MLX) tokens: u32 pair p
- * (elements 2p, 2p + 1) of token t at xp[((t / T) (n / 2) + p) T + t % T]; a buffer for
- * n_tok tokens holds gemm_x_words() u32. */
-enum { GEMM_TT = 12, GEMM_TM = 12 };
+/* x is stored for the GEMMs in tiles of T = GEMM_T tokens: u32 pair p (elements 2p, 2p + 1)
+ * of token t at xp[((t / T) (n / 2) + p) T + t % T]; a buffer for n_tok tokens holds
+ * gemm_x_words() u32. */
+enum { GEMM_T = 12 };
 static inline size_t gemm_x_words(int n_tok, int n, int T) { return (size_t)((n_tok + T - 1) / T * T) * (size_t)(n / 2); }
 
 /* Token t's row x (n elements, n % 32 == 0) rounded to bf16 (nearest even) into xp. */
@@ -40,7 +40,7 @@ void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint
                            size_t ldy);
 
 /* MLX: token t's row x (n elements) to 16-bit integers q per group of gs, x ~ d[g] q, into
- * xp (as above, tiles of GEMM_TM); sum[g] = d[g] sum(q). */
+ * xp (as above); sum[g] = d[g] sum(q). */
 void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float *d, float *sum);
 /* As gemm_bf16_rows_avx512 for MLX 4/8-bit rows: x quantized into xp, its steps and sums
  * (gstr floats apart per token). */

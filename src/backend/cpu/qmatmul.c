@@ -86,10 +86,10 @@ int qmatmul_has_bf16(void) {
 }
 
 /* Prompts of at least this many tokens go through the prefill GEMMs (gemm_avx512.c), which
- * unpack each weight once per call. Where they overtake the per-token kernels
- * (`bench_qmatmul 0.25 FMT gemm`, 3072 x 1024, 1 thread, Zen 5): Q4_K ~24 tokens, Q6_K ~20,
- * MLX 4-bit ~40, Q8_0 ~48 (its per-token kernel is the fastest); at 512 tokens the GEMMs
- * ran 2.8x (Q4_K), 1.5x (MLX 4-bit) the per-token kernels. */
+ * unpack each weight once per call. Where they overtake the 512-bit per-token kernels
+ * (`bench_qmatmul 0.25 FMT gemm`, 3072 x 1024, 1 thread, Zen 5): Q4_K, Q6_K, Q8_0 between 32
+ * and 64 tokens, MLX 4-bit ~32; at 512 tokens the GEMMs ran 1.5-2.1x the per-token kernels
+ * (Q4_K 357 against 203 GFLOP/s, Q6_K 338/159, Q8_0 301/159, MLX 4-bit 306/199). */
 enum { GEMM_MIN_TOK_DEFAULT = 48 };
 static _Atomic int gemm_min_tok = GEMM_MIN_TOK_DEFAULT;
 
@@ -153,7 +153,7 @@ static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_
     j.xp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     if (j.kind == GEMM_MLX16) {
         j.ng = (int)(w->n_in / w->group_size);
-        j.xd = (float *)(j.xp + gemm_x_words(n_tok, (int)w->n_in, GEMM_TM));
+        j.xd = (float *)(j.xp + gemm_x_words(n_tok, (int)w->n_in, GEMM_T));
         j.xsum = j.xd + (size_t)n_tok * (size_t)j.ng;
     }
     atomic_init(&j.next, 0);
@@ -756,9 +756,9 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     }
     a *= (size_t)n_tok;
     /* the GEMMs' x: token tiles of bf16 pairs, or of 16-bit pairs + 2 floats per group (MLX) */
-    b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TT) * 4;
+    b = gemm_x_words(n_tok, (int)w->n_in, GEMM_T) * 4;
     if (w->kind == GB_WEIGHT_MLX)
-        b = gemm_x_words(n_tok, (int)w->n_in, GEMM_TM) * 4 + (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
+        b = gemm_x_words(n_tok, (int)w->n_in, GEMM_T) * 4 + (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
     return 64 + (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
