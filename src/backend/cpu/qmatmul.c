@@ -31,7 +31,7 @@
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
 #include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
-#include "backend/cpu/gemm_avx512.h" /* prefill through bf16, where AVX512-BF16 is */
+#include "backend/cpu/gemm_avx512.h" /* prefill GEMMs, where AVX512-BF16 is */
 
 #include <math.h>
 #include <stdatomic.h>
