@@ -661,15 +661,6 @@ struct gb_quant_fns quant_fns(enum gb_type t) {
 
 /* --------------------------------------------------------------- MLX affine */
 
-static inline float sb_load(enum gb_type t, const void *p, int64_t i) {
-    switch (t) {
-    case GB_TYPE_F32: return ((const float *)p)[i];
-    case GB_TYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    case GB_TYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-    default: GB_ASSERT(!"MLX scales/biases must be F32, F16 or BF16"); return 0.0f;
-    }
-}
-
 static inline void sb_store(enum gb_type t, void *p, int64_t i, float v) {
     switch (t) {
     case GB_TYPE_F32: ((float *)p)[i] = v; return;
@@ -699,7 +690,7 @@ void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *b
                         enum gb_type sb_type, int bits, int group_size, float *y, int64_t n) {
     mlx_check(bits, group_size, n);
     for (int64_t g = 0; g < n / group_size; g++) {
-        const float s = sb_load(sb_type, scales, g), b = sb_load(sb_type, biases, g);
+        const float s = mlx_sb_value(sb_type, scales, (size_t)g), b = mlx_sb_value(sb_type, biases, (size_t)g);
         for (int64_t c = g * group_size; c < (g + 1) * group_size; c++)
             y[c] = s * (float)mlx_code(words, c, bits) + b;
     }

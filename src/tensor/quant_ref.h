@@ -14,8 +14,12 @@
 #ifndef GB_QUANT_REF_H
 #define GB_QUANT_REF_H
 
+#include "base/fp16.h"
+#include "base/status.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
+
+#include <stddef.h>
 
 #include <stdint.h>
 
@@ -66,6 +70,15 @@ struct gb_quant_fns quant_fns(enum gb_type t);
  * is the same stream. Group g of group_size codes has one scale
  * and one bias (type sb_type: F32, F16 or BF16): w = scale * q + bias.
  * n must be a multiple of group_size and of 32 (group_size in {32, 64, 128}). */
+/* Element i of an MLX scales or biases array of type t (F32, F16 or BF16). */
+static inline float mlx_sb_value(enum gb_type t, const void *p, size_t i) {
+    switch (t) {
+    case GB_TYPE_F32: return ((const float *)p)[i];
+    case GB_TYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    case GB_TYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    default: GB_ASSERT(!"MLX scales/biases must be F32, F16 or BF16"); return 0.0f;
+    }
+}
 void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *biases,
                         enum gb_type sb_type, int bits, int group_size, float *y, int64_t n);
 /* The inverse, as MLX's affine quantizer (its Metal kernel) does it: per group,

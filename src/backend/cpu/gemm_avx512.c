@@ -258,14 +258,6 @@ void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float
     }
 }
 
-static float sb_get(const void *p, enum gb_type t, size_t i) {
-    switch (t) {
-    case GB_TYPE_F32: return ((const float *)p)[i];
-    case GB_TYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return bf16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
-
 /* Codes k0..k0 + n - 1 of row r (n a multiple of 32) as int16 (4-bit: element c in byte
  * c / 2, low nibble first; 8-bit: one byte each). */
 static void mlx_codes(const struct gb_weight *w, int64_t r, int64_t k0, int n, int16_t *out) {
@@ -310,8 +302,8 @@ static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int 
     for (int gi = 0; gi < kn / gs; gi++)
         for (int r = 0; r < PR; r++) {
             size_t at = (size_t)((o0 + r) * ng + k0 / gs + gi);
-            ps[gi * PR + r] = r < nr ? sb_get((const char *)w->scales, w->sb_type, at) : 0.0f;
-            pb[gi * PR + r] = r < nr ? sb_get((const char *)w->biases, w->sb_type, at) : 0.0f;
+            ps[gi * PR + r] = r < nr ? mlx_sb_value(w->sb_type, w->scales, at) : 0.0f;
+            pb[gi * PR + r] = r < nr ? mlx_sb_value(w->sb_type, w->biases, at) : 0.0f;
         }
 }
 

@@ -26,6 +26,7 @@
 #include "base/fp16.h"
 #include "base/status.h"
 #include "tensor/quant.h"
+#include "tensor/quant_ref.h"
 #include "tensor/weight.h"
 
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
@@ -546,14 +547,6 @@ static size_t act_row_bytes(enum act_kind a, int64_t n_in) {
 
 /* ---- MLX affine ------------------------------------------------------------------------ */
 
-static inline float sb_at(const void *p, enum gb_type t, size_t i) {
-    switch (t) {
-    case GB_TYPE_F32: return ((const float *)p)[i];
-    case GB_TYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    default: return bf16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
-
 /* Code c of a row's little-endian bit stream of `bits`-wide codes (nbytes long). */
 static inline int mlx_code(const uint8_t *codes, size_t nbytes, int bits, size_t c) {
     size_t bit = c * (size_t)bits, byte = bit >> 3;
@@ -580,9 +573,9 @@ static void mlxdot_generic(int n, int gs, int bits, const uint8_t *codes, size_t
                 for (int i = 0; i < 32; i++) sumi += mlx_code(codes, nbytes, bits, (size_t)(32 * b + i)) * xu[b].qs[i];
                 gacc += xu[b].d * (float)sumi;
             }
-            tot[g & 1] += sb_at(sc, sbt, (size_t)g) * gacc;
+            tot[g & 1] += mlx_sb_value(sbt, sc, (size_t)g) * gacc;
         }
-        for (int g = 0; g < ng; g++) bsum += sb_at(bi, sbt, (size_t)g) * gu[g];
+        for (int g = 0; g < ng; g++) bsum += mlx_sb_value(sbt, bi, (size_t)g) * gu[g];
         y[(size_t)u * ldy] = (tot[0] + tot[1]) + bsum;
     }
 }
