@@ -98,29 +98,26 @@ void op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, fl
     parallel_range(be, n_rows, n, rmsnorm_rows, &a);
 }
 
+/* y = fn(a, b) element-wise (silu_mul, gelu_tanh_mul), split over the pool. */
 struct ew_args {
     float *y;
     const float *a, *b;
+    void (*fn)(float *y, const float *a, const float *b, long n);
 };
 
-static void silu_mul_range(void *p, long lo, long hi) {
+static void ew_range(void *p, long lo, long hi) {
     const struct ew_args *e = p;
-    silu_mul(e->y + lo, e->a + lo, e->b + lo, hi - lo);
+    e->fn(e->y + lo, e->a + lo, e->b + lo, hi - lo);
 }
 
 void op_silu_mul(struct backend *be, float *y, const float *g, const float *u, long n) {
-    struct ew_args e = {.y = y, .a = g, .b = u};
-    parallel_range(be, n, 8, silu_mul_range, &e);
-}
-
-static void gelu_tanh_mul_range(void *p, long lo, long hi) {
-    const struct ew_args *e = p;
-    gelu_tanh_mul(e->y + lo, e->a + lo, e->b + lo, hi - lo);
+    struct ew_args e = {.y = y, .a = g, .b = u, .fn = silu_mul};
+    parallel_range(be, n, 8, ew_range, &e);
 }
 
 void op_gelu_tanh_mul(struct backend *be, float *y, const float *g, const float *u, long n) {
-    struct ew_args e = {.y = y, .a = g, .b = u};
-    parallel_range(be, n, 16, gelu_tanh_mul_range, &e);
+    struct ew_args e = {.y = y, .a = g, .b = u, .fn = gelu_tanh_mul};
+    parallel_range(be, n, 16, ew_range, &e);
 }
 
 struct cap_args {
