@@ -165,6 +165,13 @@ static void dq_chunk(const struct gb_weight *w, int64_t r, int64_t k0, int n, fl
 
 /* ---- panel --------------------------------------------------------------------------- */
 
+/* v[i] = 16 pairs (u32) of row i of 16: transposed into pair order, pair p's 16 rows at
+ * dst + p PR. */
+AI void put_pairs16(__m512i v[16], uint32_t *dst) {
+    transpose16_epi32(v);
+    for (int p = 0; p < 16; p++) _mm512_store_si512(dst + (size_t)p * PR, v[p]);
+}
+
 /* Rows o0..o0 + nr - 1 (nr <= PR; the rest zero), k in [k0, k0 + kn), into pan[kn / 2][PR]. */
 static void pack(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, uint32_t *pan) {
     _Alignas(64) float tmp[PR][256];
@@ -181,9 +188,7 @@ static void pack(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, 
                     const float *src = tmp[16 * h + i] + 32 * s;
                     v[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(src + 16), _mm512_load_ps(src));
                 }
-                transpose16_epi32(v);
-                uint32_t *dst = pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h;
-                for (int p = 0; p < 16; p++) _mm512_store_si512(dst + (size_t)p * PR, v[p]);
+                put_pairs16(v, pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h);
             }
         }
     }
@@ -291,9 +296,7 @@ static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int 
             for (int s = 0; s < n / 32; s++) {
                 __m512i v[16];
                 for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tmp[16 * h + i] + 32 * s);
-                transpose16_epi32(v);
-                uint32_t *dst = pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h;
-                for (int p = 0; p < 16; p++) _mm512_store_si512(dst + (size_t)p * PR, v[p]);
+                put_pairs16(v, pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h);
             }
         }
     }
