@@ -106,17 +106,10 @@ static void dq_q6_K(const block_q6_K *b, float *out) {
     float a[16], o[16];
     float d = f16_to_f32(b->d);
     for (int g = 0; g < 16; g++) { a[g] = d * (float)b->scales[g]; o[g] = 0.0f; }
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
-    for (int h = 0; h < 2; h++) { /* 6-bit codes: 4 low bits from ql, 2 high from qh, minus 32 */
-        __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    const __m256i k32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++) { /* 6-bit codes minus 32 */
         __m256i v[4];
-        v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-        v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-        v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
-        v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        q6k_codes(b->ql + 64 * h, b->qh + 32 * h, v);
         for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(q + 128 * h + 32 * k), _mm256_sub_epi8(v[k], k32));
     }
     expand(256, q, 1, a, o, out);

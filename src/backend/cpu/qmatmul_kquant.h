@@ -80,7 +80,6 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
                                    size_t ldy) {
     __m256 acc[NT];
     UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     for (int i = 0; i < nb; i++) {
         const block_q6_K *b = w + i;
         __m256i sumi[NT], sumj[NT]; /* two chains: even and odd k */
@@ -88,15 +87,8 @@ static ALWAYS_INLINE void q6K_tile(int nb, const block_q6_K *w, const char *xq, 
         __m256i sall = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->scales));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256i qa = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            q6k_codes(b->ql + 64 * h, b->qh + 32 * h, q);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 int a = 8 * h + 2 * k;

@@ -52,6 +52,19 @@ static ALWAYS_INLINE void scales_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn
     *mn = (uint64_t)(a1 & 0x3f3f3f3fu) | (uint64_t)(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
 }
 
+/* The 6-bit codes (0..63, without the -32) of Q6_K half h: 32 bytes each, q[k] holding
+ * elements 32 k .. 32 k + 31 of the half (low nibbles of ql[0..31], of ql[32..63], then their
+ * high nibbles; the two high bits from qh[0..31], 2 k apart). */
+static ALWAYS_INLINE void q6k_codes(const uint8_t *ql, const uint8_t *qh32, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256i qa = _mm256_loadu_si256((const __m256i *)ql), qb = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)qh32);
+    q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+}
+
 /* byte k of every 8 bytes (k < 8) as 16 int16 lanes: pshufb control (k, zero) */
 static ALWAYS_INLINE __m256i bcast_byte16(__m256i v, int k) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | k)));
