@@ -117,6 +117,17 @@ AI __m512i sel2(int a, int b) {
 }
 
 /* One row (nb super-blocks) against T tokens: out[u] = 16 lanes summing to y; Q5_K when q5. */
+/* The integer sum of 256 codes (four 64-byte vectors w, unsigned) times x (four vectors at
+ * xv, int8), pairs scaled by s in int16: two chains, p over w0 and w2, q over w1 and w3;
+ * vpmaddwd starts each (vpdpwssd from zero, the same sums). */
+AI void dot4(__m512i w0, __m512i w1, __m512i w2, __m512i w3, __m512i s0, __m512i s1, __m512i s2, __m512i s3,
+             const __m512i *xv, __m512i *p, __m512i *q) {
+    *p = _mm512_madd_epi16(_mm512_maddubs_epi16(w0, _mm512_load_si512(xv)), s0);
+    *q = _mm512_madd_epi16(_mm512_maddubs_epi16(w1, _mm512_load_si512(xv + 1)), s1);
+    *p = _mm512_dpwssd_epi32(*p, _mm512_maddubs_epi16(w2, _mm512_load_si512(xv + 2)), s2);
+    *q = _mm512_dpwssd_epi32(*q, _mm512_maddubs_epi16(w3, _mm512_load_si512(xv + 3)), s3);
+}
+
 AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, int T, __m512 out[KT]) {
     const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(15), m10 = _mm512_set1_epi8(0x10);
@@ -163,12 +174,8 @@ AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, 
         __m128i mn16 = _mm_shuffle_epi8(sm, mnsel);
         UNROLL_T for (int u = 0; u < T; u++) {
             const struct qxk *xb = (const struct qxk *)(xq + (size_t)u * xs) + i;
-            const __m512i *xv = (const __m512i *)xb->qs;
-            /* two chains; vpmaddwd starts each (vpdpwssd from zero, the same sums) */
-            __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(w0, _mm512_load_si512(xv)), s0);
-            __m512i q = _mm512_madd_epi16(_mm512_maddubs_epi16(w1, _mm512_load_si512(xv + 1)), s1);
-            p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(w2, _mm512_load_si512(xv + 2)), s2);
-            q = _mm512_dpwssd_epi32(q, _mm512_maddubs_epi16(w3, _mm512_load_si512(xv + 3)), s3);
+            __m512i p, q;
+            dot4(w0, w1, w2, w3, s0, s1, s2, s3, (const __m512i *)xb->qs, &p, &q);
             __m128 f = _mm_mul_ps(dd, _mm_set1_ps(xb->d)); /* d dx, dmin dx */
             acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)), _mm512_broadcastss_ps(f), acc[u]);
             __m128i m = _mm_madd_epi16(mn16, _mm_load_si128((const __m128i *)xb->bsum32));
@@ -226,12 +233,8 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
         __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)dh));
         UNROLL_T for (int u = 0; u < T; u++) {
             const struct qxk *xb = (const struct qxk *)(xq + (size_t)u * xs) + i;
-            const __m512i *xv = (const __m512i *)xb->qs;
-            /* two chains; vpmaddwd starts each (vpdpwssd from zero, the same sums) */
-            __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(w0, _mm512_load_si512(xv)), s0);
-            __m512i q = _mm512_madd_epi16(_mm512_maddubs_epi16(w1, _mm512_load_si512(xv + 1)), s1);
-            p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(w2, _mm512_load_si512(xv + 2)), s2);
-            q = _mm512_dpwssd_epi32(q, _mm512_maddubs_epi16(w3, _mm512_load_si512(xv + 3)), s3);
+            __m512i p, q;
+            dot4(w0, w1, w2, w3, s0, s1, s2, s3, (const __m512i *)xb->qs, &p, &q);
             p = _mm512_dpwssd_epi32(p, _mm512_load_si512(xb->bsums), scn);
             __m512 f = _mm512_mul_ps(d, _mm512_set1_ps(xb->d));
             acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, q)), f, acc[u]);
