@@ -42,6 +42,19 @@ static int file_exists(const char *p) {
     return f != NULL;
 }
 
+/* The tokenizer.json at path, or NULL: absent (a message naming what is skipped) or failing
+ * to load (a failed check). */
+static gerbil_tokenizer_t load_json_or_skip(const char *path, const char *what) {
+    if (!file_exists(path)) {
+        fprintf(stderr, "  %s not found, %s skipped\n", path, what);
+        return NULL;
+    }
+    gerbil_tokenizer_t h;
+    gerbil_status st = gerbil_tokenizer_load(path, &h);
+    CHECKF(st == GERBIL_OK, "%s: %s", path, gerbil_last_error());
+    return st == GERBIL_OK ? h : NULL;
+}
+
 static int ids_eq(const int32_t *a, int na, const int32_t *b, int nb) {
     return na == nb && (na == 0 || !memcmp(a, b, (size_t)na * sizeof *a));
 }
@@ -736,14 +749,8 @@ static int cmp_rank(const void *a, const void *b) {
 static void run_bpe_family(const char *name, const char *pre, const char *vectors) {
     char path[300];
     snprintf(path, sizeof path, "../shared/data/tokenizers/%s/tokenizer.json", name);
-    if (!file_exists(path)) {
-        fprintf(stderr, "  %s not found, %s skipped\n", path, vectors);
-        return;
-    }
-    gerbil_tokenizer_t h;
-    gerbil_status st = gerbil_tokenizer_load(path, &h);
-    CHECKF(st == GERBIL_OK, "%s: %s", path, gerbil_last_error());
-    if (st) return;
+    gerbil_tokenizer_t h = load_json_or_skip(path, vectors);
+    if (!h) return;
     const tk_model *m = &h->model;
     int n = gerbil_tokenizer_n_vocab(h);
     const char **toks = calloc((size_t)n, sizeof *toks);
@@ -810,7 +817,7 @@ static void run_bpe_family(const char *name, const char *pre, const char *vector
 
     run_vectors_on(vectors, gpath);
     gerbil_tokenizer_t g;
-    st = gerbil_tokenizer_load_gguf(gpath, &g);
+    gerbil_status st = gerbil_tokenizer_load_gguf(gpath, &g);
     CHECKF(st == GERBIL_OK, "%s: %s", gpath, gerbil_last_error());
     unlink(gpath);
     if (st) {
@@ -829,14 +836,8 @@ static void run_bpe_family(const char *name, const char *pre, const char *vector
  * which this tokenizer.json reproduces) and the HF tokenizer on the test texts. ---- */
 static void run_gemma3(void) {
     const char *path = "../shared/data/tokenizers/gemma3/tokenizer.json";
-    if (!file_exists(path)) {
-        fprintf(stderr, "  %s not found, gemma3 GGUF vocabulary skipped\n", path);
-        return;
-    }
-    gerbil_tokenizer_t h;
-    gerbil_status st = gerbil_tokenizer_load(path, &h);
-    CHECKF(st == GERBIL_OK, "%s: %s", path, gerbil_last_error());
-    if (st) return;
+    gerbil_tokenizer_t h = load_json_or_skip(path, "gemma3 GGUF vocabulary");
+    if (!h) return;
     const tk_model *m = &h->model;
     int n = gerbil_tokenizer_n_vocab(h);
     const char **toks = calloc((size_t)n, sizeof *toks);
@@ -900,7 +901,7 @@ static void run_gemma3(void) {
 
     run_vectors_on("gemma-4", gpath);
     gerbil_tokenizer_t g;
-    st = gerbil_tokenizer_load_gguf(gpath, &g);
+    gerbil_status st = gerbil_tokenizer_load_gguf(gpath, &g);
     CHECKF(st == GERBIL_OK, "%s: %s", gpath, gerbil_last_error());
     unlink(gpath);
     if (st) {
