@@ -322,6 +322,35 @@ static void check_multi(const struct gb_weight *w, unsigned long long *seed, con
     free(x); free(work); free(ya); free(yb); free(ra); free(rb);
 }
 
+/* The same 4-bit weight packed as the loader packs it (qmatmul_pack): every row reads back
+ * as the same numbers, and all matmul paths (AVX-512 packed kernels, their fallback with
+ * AVX-512 or SIMD switched off, matmul_w_multi) pass check_all_tok's bounds. */
+static void check_packed(const struct gb_weight *w, const float *deq, const float *mag, unsigned long long *seed,
+                         const char *what) {
+    char pwhat[80];
+    snprintf(pwhat, sizeof pwhat, "%s packed", what);
+    int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    size_t nb = (size_t)n_out * w->row_bytes;
+    void *pd = malloc(nb);
+    memcpy(pd, w->data, nb);
+    struct gb_weight p = *w;
+    p.data = pd;
+    p.name = pwhat;
+    qmatmul_pack(&p);
+    CHECKF(p.packed && memcmp(pd, w->data, nb) != 0, "%s: qmatmul_pack left the rows as they were", pwhat);
+    float *row = malloc((size_t)n_in * sizeof *row);
+    int same = 1;
+    for (int o = 0; o < n_out; o++) {
+        weight_get_row(&p, o, row);
+        same &= memcmp(row, deq + (size_t)o * n_in, (size_t)n_in * sizeof *row) == 0;
+    }
+    CHECKF(same, "%s n_in %d n_out %d: a packed row reads back differently", pwhat, n_in, n_out);
+    check_all_tok(&p, deq, mag, 32, 32767.0f, seed, pwhat);
+    check_multi(&p, seed, pwhat);
+    free(row);
+    free(pd);
+}
+
 static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *seed) {
     static const int outs[] = {1, 5, 33, 67};
     int ins[] = {gs, 384, 640}; /* 384, 640: 3 and 5 chunks of 128 (AVX-512 kernels), 12..20 groups */
@@ -355,6 +384,7 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
             }
             check_all_tok(&w, deq, mag, 32, 32767.0f, seed, what);
             check_multi(&w, seed, what);
+            if (qmatmul_wants_pack(&w)) check_packed(&w, deq, mag, seed, what);
             free(data);
             free(sc);
             free(bi);
@@ -366,10 +396,13 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
 }
 
 #ifdef GERBIL_HAVE_X86 /* gemm_avx512.c is compiled for x86 only */
-/* One weight (GGML type t, or MLX bits/gs when bits > 0) through the prefill GEMMs. */
+/* One weight (GGML type t, or MLX bits/gs when bits > 0; -4: 4-bit packed as the loader
+ * packs it) through the prefill GEMMs. */
 static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, unsigned long long *seed) {
     static const int toks[] = {1, 5, 12, 13, 30};
     char what[64];
+    int pack = bits < 0;
+    if (pack) bits = -bits;
     struct gb_weight w = {.n_out = n_out, .n_in = n_in};
     void *data, *sc = NULL, *bi = NULL;
     float *src = malloc((size_t)n_in * sizeof *src);
@@ -388,7 +421,11 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
         w = (struct gb_weight){.kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = n_out, .n_in = n_in, .data = data,
                                .row_bytes = rb, .bits = bits, .group_size = gs, .sb_type = sbt, .scales = sc,
                                .biases = bi};
-        snprintf(what, sizeof what, "gemm mlx%d gs%d", bits, gs);
+        snprintf(what, sizeof what, "gemm mlx%d gs%d%s", bits, gs, pack ? " packed" : "");
+        if (pack) {
+            if (!qmatmul_wants_pack(&w)) { free(src); free(data); free(sc); free(bi); return; }
+            qmatmul_pack(&w);
+        }
     } else {
         size_t rb = type_row_size(t, n_in);
         data = malloc(rb * n_out);
@@ -482,6 +519,7 @@ static void test_gemm(unsigned long long *seed) {
             for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
                 gemm_case(types[i], 0, 0, type_traits(types[i])->block_size == QK_K ? ins_k[a] : ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 4, 64, ins[a], outs[b], seed);
+            gemm_case(GB_TYPE_U32, -4, 64, ins[a], outs[b], seed); /* packed */
             gemm_case(GB_TYPE_U32, 4, 32, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 8, 128, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 3, 64, ins[a], outs[b], seed);

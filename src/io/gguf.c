@@ -491,6 +491,7 @@ static gerbil_status parse(struct gguf_file *f) {
             break;
         }
         t->data = data + offsets[i];
+        t->in_memory = f->map.anonymous;
     }
     free(offsets);
     if (s != GERBIL_OK) return s;

@@ -86,11 +86,15 @@ gerbil_status mapped_file_copy_to_memory(struct mapped_file *mf, load_progress_f
         madvise((char *)mf->data + off, n, MADV_DONTNEED);
         if (progress) progress(user, mf->path, off + n, mf->size);
     }
-    mprotect(copy, mf->size, PROT_READ); /* weights are never written */
     munmap((void *)mf->data, mf->size);
     mf->data = copy;
     mf->anonymous = 1;
     return GERBIL_OK;
+}
+
+void mapped_file_seal(struct mapped_file *mf) {
+    /* the whole mapping at once: a part would split its 2 MiB pages */
+    if (mf->anonymous && mf->size) mprotect((void *)(uintptr_t)mf->data, mf->size, PROT_READ);
 }
 
 void mapped_file_close(struct mapped_file *mf) {

@@ -23,5 +23,8 @@ void mapped_file_close(struct mapped_file *mf);
  * faster from anonymous pages than from the page-cache mapping (21 vs 8.7 tok/s,
  * one thread), so the model loader copies by default (`--mmap` keeps the mapping). */
 gerbil_status mapped_file_copy_to_memory(struct mapped_file *mf, load_progress_fn progress, void *user);
+/* The copy stays writable (the model loader rearranges some weights in place) until this
+ * makes it read-only; nothing for a file mapping. */
+void mapped_file_seal(struct mapped_file *mf);
 
 #endif

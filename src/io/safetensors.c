@@ -244,6 +244,7 @@ gerbil_status st_file_open_opts(const char *path, const struct st_load_opts *opt
         s = parse_entry(path, e, data_size, t, &begin, &end);
         if (s != GERBIL_OK) goto fail;
         t->data = data + begin;
+        t->in_memory = f.map.anonymous;
         t->name = strdup(e->string);
         if (!t->name) { s = err_set(GERBIL_ERR_NOMEM, "%s: out of memory", path); goto fail; }
         f.n_tensors++;

@@ -56,6 +56,7 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
     wsrc_detect_prefix(&m->src);
     st = llama_bind_weights(m);
     if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
+    wsrc_seal(&m->src);
     m->reference_kernels = p.reference_kernels;
     m->tp = tp_create(p.n_threads);
     if (!m->tp) { st = GERBIL_ERR_NOMEM; goto fail; }

@@ -1,5 +1,7 @@
 #include "model/weights.h"
+#include "backend/ops.h"
 #include "base/status.h"
+#include "io/mmap.h"
 
 #include <stdint.h>
 
@@ -150,6 +152,12 @@ int norm_weights_shifted(const struct gb_tensor *t) {
     return sum / (double)n > 0.5;
 }
 
+void wsrc_seal(struct weight_source *s) {
+    if (s->is_gguf) mapped_file_seal(&s->gg.map);
+    else
+        for (int i = 0; i < s->ck.n_files; i++) mapped_file_seal(&s->ck.files[i].map);
+}
+
 void wsrc_close(struct weight_source *s) {
     if (s->is_gguf) gguf_close(&s->gg);
     else st_checkpoint_close(&s->ck);
@@ -183,6 +191,17 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
     if ((uintptr_t)t->data % a)
         return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name, a);
     return GERBIL_OK;
+}
+
+/* Rearrange t's data for the kernels where they want it and the data is the loader's own
+ * copy (not the file's pages). Once per tensor: a tied embedding binds it twice. */
+static void pack(const struct gb_tensor *t, struct gb_weight *w) {
+    struct gb_tensor *mt = (struct gb_tensor *)(uintptr_t)t; /* the checkpoint's own table */
+    if (!mt->packed && mt->in_memory && op_weight_wants_pack(w)) {
+        op_weight_pack(w);
+        mt->packed = 1;
+    }
+    w->packed = mt->packed;
 }
 
 /* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
@@ -223,11 +242,12 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
         GB_TRY(check_aligned(x, xn));
     }
     GB_TRY(check_aligned(t, name));
-    const struct gb_weight all = {
+    struct gb_weight all = {
         .kind = GB_WEIGHT_MLX, .type = GB_TYPE_U32, .n_out = (n_mat ? n_mat : 1) * rows, .n_in = cols,
         .data = t->data, .row_bytes = (size_t)(cols * bits / 8), .bits = bits, .group_size = gs,
         .sb_type = sc->type, .scales = sc->data, .biases = bi->data, .name = t->name,
     };
+    pack(t, &all);
     split_stack(&all, n_mat, rows, out);
     return GERBIL_OK;
 }

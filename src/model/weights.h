@@ -40,6 +40,8 @@ gerbil_status wsrc_matrix(const struct weight_source *s, const char *hf_name, in
  * with [n_mat][rows][cols / group] scales and biases), as out[0 .. n_mat). */
 gerbil_status wsrc_matrix_stack(const struct weight_source *s, const char *hf_name, int64_t n_mat, int64_t rows,
                                 int64_t cols, struct gb_weight *out);
+/* After the weights are bound (and packed): the loaded copies become read-only. */
+void wsrc_seal(struct weight_source *s);
 void wsrc_close(struct weight_source *s);
 
 /* Whether an RMSNorm weight of a (1 + w) norm is stored with the 1 already added: its mean

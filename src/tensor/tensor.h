@@ -15,6 +15,8 @@ struct gb_tensor {
     int64_t ne[GB_MAX_DIMS]; /* shape, outermost first */
     const void *data;
     size_t nbytes;
+    int in_memory;           /* data is the loader's private copy (may be rearranged in place) */
+    int packed;              /* data was rearranged for the kernels (op_weight_pack) */
 };
 
 static inline int64_t tensor_nelements(const struct gb_tensor *t) {

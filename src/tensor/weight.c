@@ -2,6 +2,9 @@
 #include "base/status.h"
 #include "tensor/quant_ref.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* Bytes of one row of MLX codes: n_in codes of `bits` bits (n_in a multiple of 32). */
 static size_t mlx_row_bytes(const struct gb_weight *w) {
     return (size_t)w->n_in * (size_t)w->bits / 8;
@@ -30,15 +33,47 @@ struct gb_weight weight_rows(const struct gb_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
+void weight_pack_mlx4(struct gb_weight *w) {
+    GB_ASSERT(w->kind == GB_WEIGHT_MLX && w->bits == 4 && !w->packed && w->n_in % 32 == 0);
+    size_t nw = (size_t)w->n_in / 8;
+    uint32_t *tmp = malloc(nw * sizeof *tmp);
+    GB_ASSERT(tmp);
+    for (int64_t r = 0; r < w->n_out; r++) {
+        uint32_t *row = (uint32_t *)((char *)(uintptr_t)w->data + (size_t)r * mlx_row_bytes(w));
+        memcpy(tmp, row, nw * sizeof *tmp);
+        for (size_t i = 0; i < nw; i++) row[mlx4_packed_word(i, nw)] = tmp[i];
+    }
+    free(tmp);
+    w->packed = 1;
+}
+
+void weight_mlx_words(const struct gb_weight *w, int64_t r, uint32_t *out) {
+    size_t nw = (size_t)(w->n_in * w->bits / 32);
+    const uint32_t *row = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
+    if (!w->packed) {
+        memcpy(out, row, nw * sizeof *out);
+        return;
+    }
+    for (size_t i = 0; i < nw; i++) out[i] = row[mlx4_packed_word(i, nw)];
+}
+
 void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {
     GB_ASSERT(r >= 0 && r < w->n_out);
     if (w->kind == GB_WEIGHT_MLX) {
         const int64_t n_groups = w->n_in / w->group_size;
         const size_t sb = type_traits(w->sb_type)->type_size;
-        const uint32_t *words = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
-        dequantize_row_mlx(words, (const char *)w->scales + (size_t)(r * n_groups) * sb,
-                           (const char *)w->biases + (size_t)(r * n_groups) * sb,
-                           w->sb_type, w->bits, w->group_size, out, w->n_in);
+        /* 512 elements at a time: whole groups, and whole sets of packed rows */
+        uint32_t words[512 * 8 / 32];
+        size_t nw = (size_t)(w->n_in * w->bits / 32);
+        const uint32_t *row = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
+        for (int64_t c0 = 0; c0 < w->n_in; c0 += 512) {
+            int64_t n = w->n_in - c0 < 512 ? w->n_in - c0 : 512;
+            size_t w0 = (size_t)c0 * (size_t)w->bits / 32, k = (size_t)n * (size_t)w->bits / 32;
+            for (size_t i = 0; i < k; i++) words[i] = w->packed ? row[mlx4_packed_word(w0 + i, nw)] : row[w0 + i];
+            const size_t g0 = (size_t)(r * n_groups + c0 / w->group_size);
+            dequantize_row_mlx(words, (const char *)w->scales + g0 * sb, (const char *)w->biases + g0 * sb,
+                               w->sb_type, w->bits, w->group_size, out + c0, n);
+        }
         return;
     }
     type_to_f32(w->type, (const char *)w->data + (size_t)r * w->row_bytes, out, w->n_in);

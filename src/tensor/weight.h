@@ -26,8 +26,25 @@ struct gb_weight {
     int bits, group_size;     /* bits in {2, 3, 4, 6, 8}; group_size in {32, 64, 128} */
     enum gb_type sb_type;     /* type of scales and biases: F32, F16 or BF16 */
     const void *scales, *biases; /* [n_out][n_in / group_size] */
+    /* 4-bit MLX only: 1 when each row's words are in packed order (weight_pack_mlx4), the
+     * order the AVX-512 kernels read; 0 in MLX's own order */
+    int packed;
     const char *name;         /* for messages */
 };
+
+/* Packed order of a row of 4-bit MLX words (8 codes per word, 4 words per block of 32
+ * elements): per set of 16 blocks (the last set of a row may have fewer, bs), word j of
+ * block m of the set goes to 64 s + j bs + m, so a 64-byte load of the packed row holds
+ * one word of each of 16 blocks. Native word i -> packed position, for rows of nw words. */
+static inline size_t mlx4_packed_word(size_t i, size_t nw) {
+    size_t s = i / 64, m = i % 64 / 4, j = i % 4, bs = nw - 64 * s >= 64 ? 16 : (nw - 64 * s) / 4;
+    return 64 * s + j * bs + m;
+}
+/* Put every row of w (4-bit MLX, in MLX's order, data writable) in packed order and set
+ * w->packed. */
+void weight_pack_mlx4(struct gb_weight *w);
+/* Row r's words in MLX's order (nw = n_in / 8 of them). */
+void weight_mlx_words(const struct gb_weight *w, int64_t r, uint32_t *out);
 
 /* Bytes the weight occupies (data + scales + biases). */
 size_t weight_nbytes(const struct gb_weight *w);

@@ -259,14 +259,23 @@ void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float
 /* Codes k0..k0 + n - 1 of row r (n a multiple of 32) as int16 (4-bit: element c in byte
  * c / 2, low nibble first; 8-bit: one byte each). */
 static void mlx_codes(const struct gb_weight *w, int64_t r, int64_t k0, int n, int16_t *out) {
-    const uint8_t *codes = (const uint8_t *)w->data + (size_t)r * w->row_bytes + (size_t)(k0 * w->bits / 8);
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    const uint8_t *codes = row + (size_t)(k0 * w->bits / 8);
     const __m128i m4 = _mm_set1_epi8(15);
     for (int i = 0; i < n / 32; i++) {
         __m256i b;
         if (w->bits == 8) {
             b = _mm256_loadu_si256((const __m256i *)(codes + 32 * i));
         } else {
-            __m128i v = _mm_loadu_si128((const __m128i *)(codes + 16 * i));
+            __m128i v;
+            if (w->packed) { /* the block's 4 words, 4 bs words apart (tensor/weight.h) */
+                const uint32_t *words = (const uint32_t *)row;
+                size_t nw = (size_t)w->n_in / 8, i0 = (size_t)(k0 / 8) + 4 * (size_t)i;
+                v = _mm_set_epi32((int)words[mlx4_packed_word(i0 + 3, nw)], (int)words[mlx4_packed_word(i0 + 2, nw)],
+                                  (int)words[mlx4_packed_word(i0 + 1, nw)], (int)words[mlx4_packed_word(i0, nw)]);
+            } else {
+                v = _mm_loadu_si128((const __m128i *)(codes + 16 * i));
+            }
             __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
             b = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
         }

@@ -71,10 +71,17 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
 /* y[i] = x . w[i]^T for k (<= 4) matrices sharing x in one pass over the pool, with the
  * results of k matmul_w calls bit for bit; 1 where done, 0 (nothing done) where this
- * combination has no fused path (for now: one token, MLX 4-bit, AVX-512). work: as for
+ * combination has no fused path (for now: one token, packed MLX 4-bit, AVX-512). work: as for
  * matmul_w(w[0], n_tok). */
 int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                    int n_tok, void *work);
+
+/* Whether matmul_w reads w faster with its rows rearranged by qmatmul_pack (for now: MLX
+ * 4-bit on CPUs with the AVX-512 kernels), and the rearrangement (weight_pack_mlx4: w's
+ * data writable, the same bytes moved within each row). Results of packed weights match
+ * the oracle within the same bounds; every path reads them, the fastest by far. */
+int qmatmul_wants_pack(const struct gb_weight *w);
+void qmatmul_pack(struct gb_weight *w);
 
 /* 1 when the AVX2/FMA/F16C kernels are in use (for tests and `gerbil info`). */
 int cpu_has_avx2(void);

@@ -45,6 +45,10 @@ void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x,
 
 size_t op_matmul_work_size(const struct gb_weight *w, int n_tok) { return matmul_w_work_size(w, n_tok); }
 
+int op_weight_wants_pack(const struct gb_weight *w) { return qmatmul_wants_pack(w); }
+
+void op_weight_pack(struct gb_weight *w) { qmatmul_pack(w); }
+
 void op_get_rows(struct backend *be, float *y, const struct gb_weight *e, const int32_t *ids, int n_tok) {
     for (int t = 0; t < n_tok; t++) {
         GB_ASSERT(ids[t] >= 0 && ids[t] < e->n_out);

@@ -587,6 +587,7 @@ enum {
     MIN_PARALLEL_MACS = 1 << 16,  /* below this, waking the pool costs more than it saves */
     XBLOCK_BYTES = 256 << 10,     /* prepared x of one token block stays in L2 */
     MAX_NT = 16,                  /* tokens per kernel call */
+    MAX_PACKED_N = 1 << 16,       /* longest packed row (the fallback's stack copy) */
 };
 
 struct qjob {
@@ -604,7 +605,7 @@ struct qjob {
     float *gsum;       /* [n_tok][n_in / gs] group sums of the quantized x */
     int permuted;
     int x512;          /* the AVX-512 kernels: x as struct qx128 chunks */
-    int dec4;          /* one token, 4 bits: mlxdot4d_avx512 and its x layout */
+    int packed;        /* 4-bit packed rows: mlxdot4p_avx512, x as struct qx512 */
     int chunk;
     _Atomic int next;
 };
@@ -618,8 +619,8 @@ static void prep_tokens(struct qjob *j, int t0, int t1) {
         if (w->kind == GB_WEIGHT_MLX) {
             int gs = w->group_size, ng = n / gs;
 #ifdef GERBIL_HAVE_X86
-            if (j->dec4) {
-                mlx_quant_x4d_avx512(xt, n, gs, (struct qx128 *)(j->xq + (size_t)t * j->xs), j->gsum + (size_t)t * (size_t)ng);
+            if (j->packed) {
+                mlx_quant_x4p_avx512(xt, n, gs, (struct qx512 *)(j->xq + (size_t)t * j->xs), j->gsum + (size_t)t * (size_t)ng);
                 continue;
             }
             if (j->x512) {
@@ -657,7 +658,19 @@ static void prep_worker(void *ctx, int ith, int nth) {
     prep_tokens(j, (int)lo, (int)hi);
 }
 
-/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, any with dec4, else 1). */
+/* mlxdot_generic for packed row o: the row put back in MLX's order first. */
+static __attribute__((noinline)) void mlxdot_generic_packed(const struct gb_weight *w, int o, const void *sc,
+                                                            const void *bi, const struct qx16 *x, size_t xs,
+                                                            const float *g, size_t gstr, int nt, float *y) {
+    uint32_t words[MAX_PACKED_N / 8];
+    int n = (int)w->n_in;
+    GB_ASSERT(n <= MAX_PACKED_N);
+    weight_mlx_words(w, o, words);
+    mlxdot_generic(n, w->group_size, w->bits, (const uint8_t *)words, (size_t)n / 2, sc, bi, w->sb_type, x, xs, g,
+                   gstr, nt, y, (size_t)w->n_out);
+}
+
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, any when packed, else 1). */
 static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
@@ -669,8 +682,9 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const float *g = j->gsum + (size_t)u0 * (size_t)ng;
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
-    if (j->dec4) {
-        mlxdot4d_avx512(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz, w->sb_type, (const struct qx128 *)x, g, y);
+    if (j->packed) {
+        mlxdot4p_avx512(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz, w->sb_type, (const struct qx512 *)x,
+                        j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
     }
     if (j->x512) {
@@ -679,7 +693,7 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
                                                          (size_t)w->n_out);
         return;
     }
-    if (j->fast && w->bits == 4) {
+    if (j->fast && w->bits == 4 && !w->packed) {
         mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
     }
@@ -688,6 +702,11 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
         return;
     }
 #endif
+    if (w->packed) { /* without the AVX-512 kernels (switched off) */
+        GB_ASSERT(nr == 1);
+        mlxdot_generic_packed(w, o, sc, bi, x, j->xs, g, (size_t)ng, nt, y);
+        return;
+    }
     mlxdot_generic(n, gs, w->bits, codes, (size_t)n * (size_t)w->bits / 8, sc, bi, w->sb_type, x, j->xs,
                    g, (size_t)ng, nt, y, (size_t)w->n_out);
 }
@@ -702,14 +721,14 @@ static void row_worker(void *ctx, int ith, int nth) {
         long o_lo = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (o_lo >= n_out) return;
         int o_hi = o_lo + j->chunk < n_out ? (int)o_lo + j->chunk : n_out;
-        if (j->dec4) { /* the whole chunk in one call (the per-4-row calls were 2.6% of decode) */
-            mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, 0, 1);
-            continue;
-        }
         /* token blocks whose prepared x stays in L2; within one, each weight row is
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
             int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
+            if (j->packed) { /* the whole chunk in one call (per-4-row calls were 2.6% of decode) */
+                mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, t0, t1 - t0);
+                continue;
+            }
             int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */
             for (int o = (int)o_lo; o < o_hi; o += rstep) {
                 for (int u = t0; u < t1; u += MAX_NT) {
@@ -736,11 +755,23 @@ static int is_float_plain(const struct gb_weight *w) {
            (w->type == GB_TYPE_F32 || w->type == GB_TYPE_F16 || w->type == GB_TYPE_BF16);
 }
 
+int qmatmul_wants_pack(const struct gb_weight *w) {
+    return w->kind == GB_WEIGHT_MLX && w->bits == 4 && !w->packed && w->group_size >= 32 && w->group_size <= 128 &&
+           w->n_in > 0 && w->n_in % 128 == 0 && w->n_in <= MAX_PACKED_N && cpu_has_avx2() && qmatmul_has_avx512();
+}
+
+void qmatmul_pack(struct gb_weight *w) {
+    GB_ASSERT(qmatmul_wants_pack(w));
+    weight_pack_mlx4(w);
+}
+
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     if (n_tok <= 0 || is_float_plain(w)) return 0;
     size_t a, b;
-    if (w->kind == GB_WEIGHT_MLX) { /* either activation layout (qx128 is the larger) */
-        a = (size_t)(w->n_in + 127) / 128 * sizeof(struct qx128) + (size_t)(w->n_in / w->group_size) * sizeof(float);
+    if (w->kind == GB_WEIGHT_MLX) { /* any activation layout */
+        a = (size_t)(w->n_in + 127) / 128 * sizeof(struct qx128);
+        b = (size_t)(w->n_in + 511) / 512 * sizeof(struct qx512);
+        a = (a > b ? a : b) + (size_t)(w->n_in / w->group_size) * sizeof(float);
     } else {
         struct qkernel k = qkernel_of(w->type);
         a = act_row_bytes(k.act, w->n_in);
@@ -771,10 +802,13 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
                   w->n_in % w->group_size == 0);
         j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
                  qmatmul_has_avx512();
-        j.dec4 = j.x512 && w->bits == 4 && n_tok == 1;
-        j.permuted = j.fast && w->bits == 4;
+        j.packed = j.x512 && w->packed;
+        if (w->packed) GB_ASSERT(w->bits == 4 && w->n_in <= MAX_PACKED_N);
+        j.permuted = j.fast && w->bits == 4 && !w->packed;
         j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
-        j.xs = j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128) : (size_t)(w->n_in / 32) * sizeof(struct qx16);
+        j.xs = j.packed ? (size_t)(w->n_in + 511) / 512 * sizeof(struct qx512)
+               : j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128)
+                        : (size_t)(w->n_in / 32) * sizeof(struct qx16);
         j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     } else {
         struct qkernel k = qkernel_of(w->type);
@@ -804,7 +838,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
     } else {
         long n_chunks = (long)nth * CHUNKS_PER_THREAD;
         j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
-        if (j.x512 || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
+        if ((j.x512 && !j.packed) || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
 }
@@ -845,7 +879,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
     if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
     const struct gb_weight *w0 = w[0];
     for (int i = 0; i < k; i++)
-        if (w[i]->kind != GB_WEIGHT_MLX || w[i]->bits != 4 || w[i]->n_in != w0->n_in ||
+        if (w[i]->kind != GB_WEIGHT_MLX || !w[i]->packed || w[i]->n_in != w0->n_in ||
             w[i]->group_size != w0->group_size || w[i]->n_out <= 0)
             return 0;
     int n = (int)w0->n_in, gs = w0->group_size;
@@ -854,9 +888,9 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
     m.k = k;
     atomic_init(&m.next, 0);
     char *xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
-    size_t xs = (size_t)(n / 128) * sizeof(struct qx128);
+    size_t xs = (size_t)(n + 511) / 512 * sizeof(struct qx512);
     float *gsum = (float *)(xq + xs);
-    mlx_quant_x4d_avx512(x, n, gs, (struct qx128 *)xq, gsum);
+    mlx_quant_x4p_avx512(x, n, gs, (struct qx512 *)xq, gsum);
     double macs = 0.0;
     for (int i = 0; i < k; i++) macs += (double)w[i]->n_in * (double)w[i]->n_out;
     int nth = macs < MIN_PARALLEL_MACS ? 1 : tp_n_threads(tp);
@@ -869,13 +903,12 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
         j->w = w[i];
         j->n_tok = 1;
         j->fast = 1;
-        j->x512 = j->dec4 = 1;
+        j->x512 = j->packed = 1;
         j->xq = xq;
         j->xs = xs;
         j->gsum = gsum;
         long n_chunks = (long)nth * CHUNKS_PER_THREAD;
         j->chunk = nth == 1 ? (int)w[i]->n_out : (int)((w[i]->n_out + n_chunks - 1) / n_chunks);
-        if (nth > 1) j->chunk = (j->chunk + 3) & ~3;
         m.first[i + 1] = m.first[i] + (int)((w[i]->n_out + j->chunk - 1) / j->chunk);
     }
     if (nth == 1) multi_worker(&m, 0, 1);

@@ -19,8 +19,8 @@
  * chunk and used for every token (prefill), and a decode pass streams 4 rows against
  * one token held in L1. The instruction sequence for one (row, token) is the same in
  * every tile shape, so results depend on neither the tiling nor the thread split.
- * One-token 4-bit calls (decode) go to mlxdot4d_avx512 (below), which gets the same
- * exact integer lane sums with fewer instructions, so the same results bit for bit.
+ * These kernels read MLX's own code order (weights mapped from the file with --mmap);
+ * 4-bit weights packed at load go to mlxdot4p_avx512 (below) instead.
  *
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
  * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
@@ -56,8 +56,7 @@ enum { MR = 4, MT = 2 };
 
 /* ---- activations ----------------------------------------------------------------------- */
 
-/* dec4: the layout of the 4-bit decode kernel (mlxdot4d_avx512) instead */
-AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum, int dec4) {
+AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
     const __m512i ie = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
                                         24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_add_epi16(ie, _mm512_set1_epi16(1));
@@ -84,22 +83,7 @@ AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, 
         __m512i E1 = _mm512_permutex2var_epi16(B[2], ie, B[3]), O1 = _mm512_permutex2var_epi16(B[2], io, B[3]);
         int16_t *qs = out[c].qs;
         float *dv = out[c].dv;
-        if (dec4) {
-            /* bytes: high bytes of the even elements, of the odd ones, then the low bytes */
-            uint8_t *qb = (uint8_t *)qs;
-            __m512i he = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(E0, 8))),
-                                            _mm512_cvtepi16_epi8(_mm512_srai_epi16(E1, 8)), 1);
-            __m512i ho = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(O0, 8))),
-                                            _mm512_cvtepi16_epi8(_mm512_srai_epi16(O1, 8)), 1);
-            __m512i le = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(E0)), _mm512_cvtepi16_epi8(E1), 1);
-            __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(O0)), _mm512_cvtepi16_epi8(O1), 1);
-            _mm512_storeu_si512(qb, he);
-            _mm512_storeu_si512(qb + 64, ho);
-            _mm512_storeu_si512(qb + 128, le);
-            _mm512_storeu_si512(qb + 192, lo);
-            for (int m = 0; m < 16; m++) dv[m] = d[m / 4];
-            for (int m = 16; m < 32; m++) dv[m] = 0.0f;
-        } else if (bits == 4) {
+        if (bits == 4) {
             /* x[4k + j]: every other element of the evens (j = 0, 2) or the odds (1, 3) */
             _mm512_storeu_si512(qs, _mm512_permutex2var_epi16(E0, ie, E1));
             _mm512_storeu_si512(qs + 32, _mm512_permutex2var_epi16(O0, ie, O1));
@@ -118,11 +102,7 @@ AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, 
 }
 
 void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
-    mlx_quant_x(x, n, bits, gs, out, gsum, 0);
-}
-
-void mlx_quant_x4d_avx512(const float *x, int n, int gs, struct qx128 *out, float *gsum) {
-    mlx_quant_x(x, n, 4, gs, out, gsum, 1);
+    mlx_quant_x(x, n, bits, gs, out, gsum);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
@@ -239,23 +219,86 @@ AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb
     }
 }
 
-/* ---- 4-bit decode ------------------------------------------------------------------------
- * One token against R rows. x = 256 h + l (h signed, l unsigned bytes; exact for 16-bit
- * x), so a lane's integer sum is 256 (codes . h) + (codes . l): vpdpbusd with the codes
- * as the unsigned operand for h and as the signed one for l (codes 0..15 are both), two
- * code vectors per 64-byte load (low nibbles = even elements, high nibbles = odd ones:
- * byte j holds elements 2j, 2j + 1). Lane m covers bytes 4m..4m+3, i.e. elements
- * 8m..8m+7 as in mlx_tile, and its sum is the same exact integer, so every later float
- * operation, and the result, is bit for bit mlx_tile's (the prefill path of the same
- * token). Per chunk: 3 unpack ops and 4 dot products + 1 shift against 6 + 4, and 6
- * loads against 9 (the compiler folds the code load into each shift there). Measured
- * (1024 x 1024 rows, 1 thread, best of 3): from L1 27 -> 37 GB/s, from DRAM 18 -> 19
- * (20.6 with the scale / bias prefetch); gerbil bench tg64 27.5 -> 34 tok/s at load 4
- * (with huge pages for the weights). */
-/* Code prefetches: into L1 this far ahead and into L2 (more misses in flight than the L1
- * has miss buffers for) further. From DRAM, best of 6 interleaved runs at load ~4 (a plain
- * 512-bit read loop: 24.4 GB/s): 2048 alone 20.1 GB/s, 4096 + 12288 24.9, 2048 + 8192
- * 22.2, 4096 + 24576 22.4, 1024 + 8192 21.9; 4096 alone 21.4 in another set. */
+/* ---- 4-bit, packed rows ------------------------------------------------------------------
+ * The codes of weights packed at load (tensor/weight.h, mlx4_packed_word): per set of 16
+ * blocks of 32 elements, chunk j (j < 4) holds word j of every block, so int32 lane m of a
+ * chunk's dot products always belongs to block m of the set. A lane's integer sum then runs
+ * over its whole block (4 chunks) before the one float step per set: cvt, times the 16
+ * block steps of x, times the lanes' group scales, into the accumulator. Against the native
+ * order (a new block, step and scale every 32 lanes of work) that is 5 float operations per
+ * 4 chunks instead of 4 per chunk.
+ *
+ * x = 256 h + l (h signed, l unsigned bytes; exact for 16-bit x): the codes (0..15) are the
+ * unsigned operand of vpdpbusd against h and the signed one against l, two code vectors per
+ * 64-byte load (low nibbles: even elements, high: odd). Lane sums stay far inside int32
+ * (32 x 15 x 32767 for a block).
+ *
+ * Measured (`bench_qmatmul`-shaped walk over 512 MiB of 3072 x 1024 matrices, 1 thread,
+ * Zen 5, same process, alternating): 25 against 20-21 GB/s for the native-order decode
+ * kernel this replaced, and 48 against 37 GB/s from L2/L3. */
+
+/* The x of one token for packed rows, per set: he/ho/le/lo bytes of chunk j at
+ * q[j][0..255] (each 64: lane m = block m), the 16 block steps in dv. */
+_Static_assert(sizeof(struct qx512) == 1088, "qx512");
+
+/* 16 dwords of a set (4 x 4 per zmm: z[i] lane 4b + j = block 4i + b, dword j) to chunk
+ * order: c[j] lane 4i + b. */
+AI void set_transpose(const __m512i z[4], __m512i c[4]) {
+    const __m512i p01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i p23 = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+    __m512i a01 = _mm512_permutex2var_epi32(z[0], p01, z[1]), a23 = _mm512_permutex2var_epi32(z[0], p23, z[1]);
+    __m512i b01 = _mm512_permutex2var_epi32(z[2], p01, z[3]), b23 = _mm512_permutex2var_epi32(z[2], p23, z[3]);
+    c[0] = _mm512_shuffle_i64x2(a01, b01, 0x44);
+    c[1] = _mm512_shuffle_i64x2(a01, b01, 0xEE);
+    c[2] = _mm512_shuffle_i64x2(a23, b23, 0x44);
+    c[3] = _mm512_shuffle_i64x2(a23, b23, 0xEE);
+}
+
+void mlx_quant_x4p_avx512(const float *x, int n, int gs, struct qx512 *out, float *gsum) {
+    const __m512i iev = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 30, 28, 26, 24, 22, 20, 18,
+                                         16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i iod = _mm512_add_epi16(iev, _mm512_set1_epi16(1));
+    int lg = __builtin_ctz((unsigned)gs), nb = n / 32;
+    for (int g = 0; g < n >> lg; g++) gsum[g] = 0.0f;
+    for (int s = 0; 16 * s < nb; s++) {
+        /* per block: hi/lo bytes of its even and odd elements (16 each) */
+        _Alignas(64) uint8_t part[4][16][16]; /* [he, ho, le, lo][block] */
+        struct qx512 *o = out + s;
+        memset(part, 0, sizeof part);
+        for (int m = 0; m < 16; m++) {
+            int b = 16 * s + m;
+            if (b >= nb) {
+                o->dv[m] = 0.0f;
+                continue;
+            }
+            __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = amax > 0.0f ? 32767.0f / amax : 0.0f, d = amax / 32767.0f;
+            o->dv[m] = d;
+            /* vcvtps2dq rounds to nearest even, as qmatmul.c's round_near */
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+            gsum[(32 * b) >> lg] += d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)), _mm512_cvtepi32_epi16(q1), 1);
+            __m256i ev = _mm512_castsi512_si256(_mm512_permutexvar_epi16(iev, q));
+            __m256i od = _mm512_castsi512_si256(_mm512_permutexvar_epi16(iod, q));
+            _mm_store_si128((__m128i *)part[0][m], _mm256_cvtepi16_epi8(_mm256_srai_epi16(ev, 8)));
+            _mm_store_si128((__m128i *)part[1][m], _mm256_cvtepi16_epi8(_mm256_srai_epi16(od, 8)));
+            _mm_store_si128((__m128i *)part[2][m], _mm256_cvtepi16_epi8(ev));
+            _mm_store_si128((__m128i *)part[3][m], _mm256_cvtepi16_epi8(od));
+        }
+        for (int k = 0; k < 4; k++) {
+            __m512i z[4], c[4]; /* z[i]: blocks 4i..4i+3 */
+            for (int i = 0; i < 4; i++) z[i] = _mm512_load_si512(part[k][4 * i]);
+            set_transpose(z, c);
+            for (int j = 0; j < 4; j++) _mm512_storeu_si512(o->q[j] + 64 * k, c[j]);
+        }
+    }
+}
+
+/* Packed-code prefetches: into L1 this far ahead and into L2 (more misses in flight than
+ * the L1 has miss buffers for) further. From DRAM (the walk above): 4096 + 12288 25.0
+ * GB/s, 2048 + 8192 23.0, 8192 + 24576 23.9, 1024 + 4096 20.6. */
 #ifndef DEC4_PF_L1
 #define DEC4_PF_L1 4096
 #endif
@@ -263,69 +306,90 @@ AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb
 #define DEC4_PF_L2 12288
 #endif
 
-AI void mlx_dec4_tile(int R, int n, int gs, const uint8_t *codes, size_t rb, const char *sc, const char *bi,
-                      size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y) {
-    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg;
-    __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512i i0 = _mm512_srli_epi32(_mm512_slli_epi32(lane, 3), lg);
-    const __m512i step = _mm512_set1_epi32(128 >> lg);
+/* Scales and biases are two more streams, 1/8 of the codes' bytes: prefetched this many
+ * rows ahead (the native-order kernel: 19.0 -> 20.6 GB/s from DRAM with it). */
+#ifndef SB_AHEAD
+#define SB_AHEAD 16
+#endif
+
+/* Most tokens per pass over a row: each 64-byte load of codes is unpacked once for all. */
+enum { PT = 4 };
+
+AI void mlx4p_row(int T, int n, int gs, const uint8_t *codes, const char *sc, const char *bi, enum gb_type sbt,
+                  const char *xq, size_t xs, const float *gsum, size_t gstr, float *y, size_t ldy) {
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg, nb = n / 32;
     const __m512i m4 = _mm512_set1_epi8(15);
-    const size_t esz = sbt == GB_TYPE_F32 ? 4 : 2;
-    __m512 acc[MR];
-    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
-        __mmask16 m = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
-        __m512 s16[MR];
-        __m512 gs16 = _mm512_maskz_loadu_ps(m, gsum + g0);
-        UNROLL for (int r = 0; r < R; r++) {
-            /* the scale and bias streams too (1/8 of the codes' bytes; from DRAM the kernel
-             * ran 19.0 -> 20.6 GB/s with it, 16 rows ahead; 4 rows: 20.4) */
-            _mm_prefetch(sc + (size_t)(r + 16) * sbr + (size_t)g0 * esz, PF_HINT);
-            _mm_prefetch(bi + (size_t)(r + 16) * sbr + (size_t)g0 * esz, PF_HINT);
-            __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
-            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
-            acc[r] = _mm512_fmadd_ps(b, gs16, acc[r]);
-        }
-        int c1 = (ng - g0 >= 16 ? g0 + 16 : ng) >> (7 - lg);
-        for (; c < c1; c++, i0 = _mm512_add_epi32(i0, step)) {
-            const uint8_t *xb = (const uint8_t *)xq[c].qs;
-            __m512i he = _mm512_loadu_si512(xb), ho = _mm512_loadu_si512(xb + 64);
-            __m512i le = _mm512_loadu_si512(xb + 128), lo = _mm512_loadu_si512(xb + 192);
-            __m512 dv = _mm512_loadu_ps(xq[c].dv);
-            UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *cr = codes + (size_t)r * rb + (size_t)c * 64;
-                _mm_prefetch((const char *)cr + DEC4_PF_L1, PF_HINT);
-                _mm_prefetch((const char *)cr + DEC4_PF_L2, _MM_HINT_T1);
-                __m512i v = _mm512_loadu_si512(cr);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512 acc[PT];
+    UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    /* runs of 16 groups (one scale / bias load each) = gs / 32 sets */
+    for (int g0 = 0; g0 < ng; g0 += 16) {
+        __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __m512 s16 = sb16(sc, sbt, g0, gm), b16 = sb16(bi, sbt, g0, gm);
+        UNROLL for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(b16, _mm512_maskz_loadu_ps(gm, gsum + (size_t)t * gstr + g0), acc[t]);
+        int s0 = (g0 << lg) / 512, s1 = ((g0 + 16) << lg) / 512;
+        if (s1 > (nb + 15) / 16) s1 = (nb + 15) / 16;
+        for (int s = s0; s < s1; s++) {
+            int bs = nb - 16 * s >= 16 ? 16 : nb - 16 * s; /* blocks (lanes) in this set */
+            __mmask16 lm = (__mmask16)((1u << bs) - 1u);
+            const uint8_t *cs = codes + (size_t)s * 256;
+            __m512i ah[PT], al[PT];
+            UNROLL for (int t = 0; t < T; t++) ah[t] = al[t] = _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 4; j++) {
+                const uint8_t *cj = cs + (size_t)(4 * j * bs);
+                _mm_prefetch((const char *)cj + DEC4_PF_L1, _MM_HINT_T0);
+                _mm_prefetch((const char *)cj + DEC4_PF_L2, _MM_HINT_T1);
+                __m512i v = bs == 16 ? _mm512_loadu_si512(cj) : _mm512_maskz_loadu_epi32(lm, cj);
                 __m512i we = _mm512_and_si512(v, m4), wo = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), we, he);
-                s = _mm512_dpbusd_epi32(s, wo, ho);
-                s = _mm512_slli_epi32(s, 8);
-                s = _mm512_dpbusd_epi32(s, le, we);
-                s = _mm512_dpbusd_epi32(s, lo, wo);
-                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), dv);
-                acc[r] = _mm512_fmadd_ps(f, _mm512_permutexvar_ps(i0, s16[r]), acc[r]);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const struct qx512 *xt = (const struct qx512 *)(xq + (size_t)t * xs) + s;
+                    const uint8_t *xb = xt->q[j];
+                    ah[t] = _mm512_dpbusd_epi32(ah[t], we, _mm512_loadu_si512(xb));
+                    ah[t] = _mm512_dpbusd_epi32(ah[t], wo, _mm512_loadu_si512(xb + 64));
+                    al[t] = _mm512_dpbusd_epi32(al[t], _mm512_loadu_si512(xb + 128), we);
+                    al[t] = _mm512_dpbusd_epi32(al[t], _mm512_loadu_si512(xb + 192), wo);
+                }
+            }
+            /* lane m: block 16 s + m, group ((16 s + m) 32 >> lg) - g0 of this run */
+            __m512i gi = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * s)), lg - 5),
+                                          _mm512_set1_epi32(g0));
+            __m512 sv = _mm512_permutexvar_ps(gi, s16);
+            UNROLL for (int t = 0; t < T; t++) {
+                const struct qx512 *xt = (const struct qx512 *)(xq + (size_t)t * xs) + s;
+                __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(ah[t], 8), al[t]);
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(xt->dv));
+                acc[t] = _mm512_fmadd_ps(f, sv, acc[t]);
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(acc[r]);
+    UNROLL for (int t = 0; t < T; t++) y[(size_t)t * ldy] = _mm512_reduce_add_ps(acc[t]);
 }
 
-/* Rows per decode tile: 2 share the x loads (41 against 37 GB/s from L1) but ran 16.8
- * against 19.2 GB/s from DRAM (two code streams). */
-#ifndef DEC4_R
-#define DEC4_R 1
-#endif
-
-void mlxdot4d_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
-                     size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y) {
-    int r0 = 0;
-    for (; r0 + DEC4_R <= nr; r0 += DEC4_R)
-        mlx_dec4_tile(DEC4_R, n, gs, codes + (size_t)r0 * rb, rb, (const char *)sc + (size_t)r0 * sbr,
-                      (const char *)bi + (size_t)r0 * sbr, sbr, sbt, xq, gsum, y + r0);
-    for (; r0 < nr; r0++)
-        mlx_dec4_tile(1, n, gs, codes + (size_t)r0 * rb, rb, (const char *)sc + (size_t)r0 * sbr,
-                      (const char *)bi + (size_t)r0 * sbr, sbr, sbt, xq, gsum, y + r0);
+void mlxdot4p_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                     size_t sbr, enum gb_type sbt, const struct qx512 *xq, size_t xs, const float *gsum, size_t gstr,
+                     int nt, float *y, size_t ldy) {
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *cr = codes + (size_t)r * rb;
+        const char *sr = (const char *)sc + (size_t)r * sbr, *br = (const char *)bi + (size_t)r * sbr;
+        /* the scale and bias streams, SB_AHEAD rows ahead (past nr: the next call's rows,
+         * or harmless) */
+        for (size_t k = 0; k < sbr; k += 64) {
+            _mm_prefetch(sr + SB_AHEAD * sbr + k, _MM_HINT_T0);
+            _mm_prefetch(br + SB_AHEAD * sbr + k, _MM_HINT_T0);
+        }
+        for (int u = 0; u < nt; u += PT) {
+            const char *xu = (const char *)xq + (size_t)u * xs;
+            const float *gu = gsum + (size_t)u * gstr;
+            float *yu = y + (size_t)u * ldy + r;
+            switch (nt - u < PT ? nt - u : PT) {
+            case 4: mlx4p_row(4, n, gs, cr, sr, br, sbt, xu, xs, gu, gstr, yu, ldy); break;
+            case 3: mlx4p_row(3, n, gs, cr, sr, br, sbt, xu, xs, gu, gstr, yu, ldy); break;
+            case 2: mlx4p_row(2, n, gs, cr, sr, br, sbt, xu, xs, gu, gstr, yu, ldy); break;
+            default: mlx4p_row(1, n, gs, cr, sr, br, sbt, xu, xs, gu, gstr, yu, ldy); break;
+            }
+        }
+    }
 }
 
 void mlxdot4_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,

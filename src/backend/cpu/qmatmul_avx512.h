@@ -47,13 +47,23 @@ void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, cons
                     size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
                     float *y, size_t ldy);
 
-/* The 4-bit decode kernel: x of one token quantized as by mlx_quant_x_avx512 (the same
- * steps and gsum), each chunk's qs as bytes: the high bytes (signed) of the even
- * elements, of the odd ones, then the low bytes (unsigned) of each; dv as for 4 bits.
- * nr >= 1 rows as for mlxdot4_avx512, y[r]; bit for bit mlxdot4_avx512's results. */
-void mlx_quant_x4d_avx512(const float *x, int n, int gs, struct qx128 *out, float *gsum);
-void mlxdot4d_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
-                     size_t sbr, enum gb_type sbt, const struct qx128 *xq, const float *gsum, float *y);
+/* 4-bit rows packed at load (tensor/weight.h: per set of 16 blocks of 32 elements, chunk
+ * j = word j of each block). x of one token per set of 512 elements: q[j] the bytes of
+ * chunk j: the high bytes (signed) of the blocks' even elements, of their odd ones, then
+ * the low bytes (unsigned) of each, 64 each, lane m = block m; dv[m] block m's step (the
+ * same steps and 16-bit codes as mlx_quant_x_avx512; blocks past n zero). */
+struct qx512 {
+    uint8_t q[4][256];
+    float dv[16];
+};
+void mlx_quant_x4p_avx512(const float *x, int n, int gs, struct qx512 *out, float *gsum);
+/* nr packed rows (codes rb bytes apart, scales / biases sbr) against nt tokens (xs bytes
+ * apart, group sums gstr floats apart): y[u * ldy + r]. Each (row, token) value is
+ * computed by the same operations whatever nr and nt are. gs in {32, 64, 128},
+ * n % 128 == 0. */
+void mlxdot4p_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                     size_t sbr, enum gb_type sbt, const struct qx512 *xq, size_t xs, const float *gsum, size_t gstr,
+                     int nt, float *y, size_t ldy);
 
 /* Q8_0 rows against x quantized to 8-bit blocks of 32 (d = max|x| / 127, as struct
  * qx8), two blocks per struct qx64: qs the codes, negc[m] = -128 * (sum of qs[4m..4m+3]),
