@@ -4,7 +4,8 @@
  *           set of matrices totalling >= 512 MiB walked in turn, so every call reads
  *           from DRAM;
  *   prefill (n_tok = 128): GFLOP/s (2 flops per multiply-add), same walk.
- * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales), the AVX-512
+ * For Q4_K, Q6_K, Q8_0, MLX 4-bit and MLX 8-bit (group size 64, f16 scales; MLX4p: 4-bit with
+ * its rows packed as the model loader packs them where the CPU has AVX-512), the AVX-512
  * (MLX, Q8_0 and the k-quants, where the CPU has it) or VNNI, AVX2 and scalar kernels,
  * 1 and 2 threads.
  * Reports the fastest call and the median: on a shared machine other load only ever
@@ -44,7 +45,7 @@ struct fmt {
     const char *name;
     int mlx_bits;      /* 0: GGML type */
     enum gb_type type;
-    int unused;        /* (kept for the initialisers) */
+    int pack;          /* rows packed as the model loader packs them (qmatmul_pack) */
 };
 
 /* n_w matrices sharing nothing, each a full copy of a pattern of quantized rows. */
@@ -93,6 +94,8 @@ static struct gb_weight *make_set(const struct fmt *f, int *n_w_out, void **mem_
             ws[k].biases = m + rb * N_OUT + sb_bytes;
         }
     }
+    for (int k = 0; k < n_w && f->pack; k++)
+        if (qmatmul_wants_pack(&ws[k])) qmatmul_pack(&ws[k]);
     *n_w_out = n_w;
     *mem_out = mem;
     return ws;
@@ -158,7 +161,7 @@ int main(int argc, char **argv) {
     static const struct fmt fmts[] = {
         {"Q4_K", 0, GB_TYPE_Q4_K, 0}, {"Q6_K", 0, GB_TYPE_Q6_K, 0}, {"Q8_0", 0, GB_TYPE_Q8_0, 0},
         {"Q5_K", 0, GB_TYPE_Q5_K, 0}, {"Q4_0", 0, GB_TYPE_Q4_0, 0},
-        {"MLX4", 4, GB_TYPE_U32, 0},  {"MLX8", 8, GB_TYPE_U32, 0},
+        {"MLX4", 4, GB_TYPE_U32, 0},  {"MLX8", 8, GB_TYPE_U32, 0}, {"MLX4p", 4, GB_TYPE_U32, 1},
     };
     threadpool_t *tps[2] = {tp_create(1), tp_create(2)};
     float *x = malloc(sizeof(float) * N_IN * MAX_TOK), *y = malloc(sizeof(float) * N_OUT * MAX_TOK);
@@ -206,6 +209,7 @@ int main(int argc, char **argv) {
         /* kernels: 0 VNNI / AVX-512 (where the CPU and the format have one), 1 AVX2, 2 scalar */
         for (int kern = 0; kern < 3 - only_fast; kern++) {
             if (kern == 0 && !(fmts[f].mlx_bits ? qmatmul_has_avx512() : qmatmul_has_vnni())) continue;
+            if (kern > 0 && ws[0].packed) continue; /* packed rows: the AVX-512 kernels' */
             int scalar = kern == 2;
             qmatmul_disable_vnni(kern != 0);
             qmatmul_disable_avx512(kern != 0);

@@ -268,11 +268,10 @@ static void mlx_codes(const struct gb_weight *w, int64_t r, int64_t k0, int n, i
             b = _mm256_loadu_si256((const __m256i *)(codes + 32 * i));
         } else {
             __m128i v;
-            if (w->packed) { /* the block's 4 words, 4 bs words apart (tensor/weight.h) */
-                const uint32_t *words = (const uint32_t *)row;
-                size_t nw = (size_t)w->n_in / 8, i0 = (size_t)(k0 / 8) + 4 * (size_t)i;
-                v = _mm_set_epi32((int)words[mlx4_packed_word(i0 + 3, nw)], (int)words[mlx4_packed_word(i0 + 2, nw)],
-                                  (int)words[mlx4_packed_word(i0 + 1, nw)], (int)words[mlx4_packed_word(i0, nw)]);
+            if (w->packed) { /* block b's 4 words: word j at 64 s + j bs + m (tensor/weight.h) */
+                int nb = (int)(w->n_in / 32), b = (int)(k0 / 32) + i, s = b / 16, bs = nb - 16 * s < 16 ? nb - 16 * s : 16;
+                const uint32_t *wb = (const uint32_t *)row + 64 * s + b % 16;
+                v = _mm_set_epi32((int)wb[3 * bs], (int)wb[2 * bs], (int)wb[bs], (int)wb[0]);
             } else {
                 v = _mm_loadu_si128((const __m128i *)(codes + 16 * i));
             }

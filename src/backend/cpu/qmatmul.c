@@ -725,8 +725,10 @@ static void row_worker(void *ctx, int ith, int nth) {
          * read once (from L1 after the first kernel call) for all its tokens */
         for (int t0 = 0; t0 < j->n_tok; t0 += tb) {
             int t1 = j->n_tok - t0 < tb ? j->n_tok : t0 + tb;
-            if (j->packed) { /* the whole chunk in one call (per-4-row calls were 2.6% of decode) */
-                mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, t0, t1 - t0);
+            if (j->packed) { /* the whole chunk per call (per-4-row calls were 2.6% of decode), for
+                              * MAX_NT tokens at a time: their x stays in L1 */
+                for (int u = t0; u < t1; u += MAX_NT)
+                    mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, u, t1 - u < MAX_NT ? t1 - u : MAX_NT);
                 continue;
             }
             int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */
