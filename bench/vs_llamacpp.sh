@@ -10,7 +10,8 @@
 # 2. gerbil quantize -> bf16.gguf (gerbil's HF -> GGUF converter; llama.cpp must load it)
 # 3. llama-quantize bf16.gguf -> the types FORMATS needs (llama.cpp's own quantizer makes the
 #    files both engines read), gerbil quantize --type mlx4 -> an MLX folder
-# 4. for each thread count: llama-bench -m F -p P -n N -t T -r REPS --load-mode mmap,none -o json
+# 4. for each thread count, RUNS times in turn (each a fresh process):
+#    llama-bench -m F -p P -n N -t T -r REPS --load-mode mmap,none -o json
 #    (the better of its two load modes counts; LLAMA_LOAD_MODES) and
 #    gerbil bench --model F -p P -n N -t T -r REPS --json, each under /usr/bin/time -v,
 #    for Q4_K_M and Q8_0; and gerbil on the MLX 4-bit folder against llama.cpp on the
@@ -21,8 +22,8 @@
 # Both engines get a context of P+N tokens (llama-bench's n_ctx = n_prompt + n_gen).
 # llama-bench maps the file (page cache, counted in its RSS once touched); gerbil copies
 # the weights into anonymous memory. Run it on an otherwise idle machine: the load average
-# is printed before and after. On a 2-core machine the whole run takes ~15 minutes with
-# the defaults; REPS=2 or N=64 shorten it (the output says when reduced).
+# is printed before and after. On a 2-core machine the whole run takes ~30 minutes with
+# the defaults; RUNS=1, REPS=2 or N=64 shorten it (the output says when changed).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +41,10 @@ MLX_PEER="${MLX_PEER:-q4_0}"            # the llama.cpp file the MLX 4-bit folde
 P="${P:-512}"
 N="${N:-128}"
 REPS="${REPS:-3}"
+# Each engine's best run counts (its largest RSS too). On these VMs one process's speed is
+# steady across its repetitions but differs between processes: gerbil Q8_0 tg32 at 1 thread
+# ran 35.3 or 42.4 tok/s (sd < 1) in six launches of the same binary, llama.cpp 26.5-31.2.
+RUNS="${RUNS:-2}"
 THREADS="${THREADS:-1 2}"
 FORMATS="${FORMATS:-q4_k_m q8_0 mlx4}"
 # llama-bench runs each load mode given here and the better number counts: reading a file through
@@ -113,7 +118,8 @@ echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 BUSY=$(top -bn1 -w 200 2>/dev/null | awk 'NR > 7 && $9 + 0 >= 20 && $12 != "top" {print $12 " (" $9 "% CPU)"}' | paste -sd, - || true)
 [ -z "$BUSY" ] || echo "== WARNING: other busy processes: $BUSY -- numbers below will be low and noisy" >&2
 echo "== -p $P -n $N -r $REPS, threads: $THREADS; $("$BUILD/gerbil" --version) (repo HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), binary from $BUILD), llama.cpp $(git -C "$LLAMA_CPP_BIN/../.." rev-parse --short HEAD 2>/dev/null || echo "$LLAMA_CPP_BIN")"
-[ "$P" = 512 ] && [ "$N" = 128 ] && [ "$REPS" = 3 ] || echo "== NOTE: reduced from the standard -p 512 -n 128 -r 3"
+[ "$P" = 512 ] && [ "$N" = 128 ] && [ "$REPS" = 3 ] && [ "$RUNS" = 2 ] ||
+    echo "== NOTE: changed from the standard -p 512 -n 128 -r 3, RUNS=2"
 
 # timed OUT_JSON RSS_FILE CMD...: run CMD, stdout to OUT_JSON, max RSS (kB) to RSS_FILE
 timed() {
@@ -138,22 +144,27 @@ for fmt in $FORMATS; do
     LBYTES=$(stat -c %s "$LF")
     cat "$GF"/model.safetensors "$GF" "$LF" >/dev/null 2>&1 || true   # page cache warm for both
     for t in $THREADS; do
-        echo "== $label, $t thread(s): llama-bench" >&2
-        timed "$WORK/l.json" "$WORK/l.rss" "$LLAMA_CPP_BIN/llama-bench" -m "$LF" -p "$P" -n "$N" -t "$t" -r "$REPS" \
-            ${LLAMA_LOAD_MODES:+--load-mode "$LLAMA_LOAD_MODES"} -o json
-        echo "== $label, $t thread(s): gerbil bench" >&2
-        timed "$WORK/g.json" "$WORK/g.rss" "$BUILD/gerbil" bench --model "$GF" -p "$P" -n "$N" -t "$t" -r "$REPS" \
-            -c $((P + N)) --json
-        python3 - "$label" "$t" "$WORK/g.json" "$WORK/l.json" "$(cat "$WORK/g.rss")" "$(cat "$WORK/l.rss")" \
-            "$FBYTES" "$LBYTES" "$KV_BYTES" >>"$ROWS" <<'EOF'
+        for k in $(seq "$RUNS"); do
+            echo "== $label, $t thread(s), run $k/$RUNS: llama-bench" >&2
+            timed "$WORK/l$k.json" "$WORK/l$k.rss" "$LLAMA_CPP_BIN/llama-bench" -m "$LF" -p "$P" -n "$N" -t "$t" \
+                -r "$REPS" ${LLAMA_LOAD_MODES:+--load-mode "$LLAMA_LOAD_MODES"} -o json
+            echo "== $label, $t thread(s), run $k/$RUNS: gerbil bench" >&2
+            timed "$WORK/g$k.json" "$WORK/g$k.rss" "$BUILD/gerbil" bench --model "$GF" -p "$P" -n "$N" -t "$t" \
+                -r "$REPS" -c $((P + N)) --json
+        done
+        python3 - "$label" "$t" "$WORK" "$RUNS" "$FBYTES" "$LBYTES" "$KV_BYTES" >>"$ROWS" <<'EOF'
 import json, sys
-label, t, gj, lj, grss, lrss, fb, lb, kv = sys.argv[1:]
-g = json.load(open(gj))
-l = json.load(open(lj))
-# the better of llama.cpp's load modes (LLAMA_LOAD_MODES) for each test
-lpp = max((r["avg_ts"] for r in l if r["n_prompt"] > 0 and r["n_gen"] == 0), default=0.0)
-ltg = max((r["avg_ts"] for r in l if r["n_gen"] > 0 and r["n_prompt"] == 0), default=0.0)
-gpp, gtg = g.get("prompt_tokens_per_s", 0.0), g.get("gen_tokens_per_s", 0.0)
+label, t, work, runs, fb, lb, kv = sys.argv[1:]
+ks = range(1, int(runs) + 1)
+gs = [json.load(open(f"{work}/g{k}.json")) for k in ks]
+ls = [r for k in ks for r in json.load(open(f"{work}/l{k}.json"))]
+grss = max(int(open(f"{work}/g{k}.rss").read() or 0) for k in ks)
+lrss = max(int(open(f"{work}/l{k}.rss").read() or 0) for k in ks)
+# each engine's best run; for llama.cpp also the better of its load modes (LLAMA_LOAD_MODES)
+lpp = max((r["avg_ts"] for r in ls if r["n_prompt"] > 0 and r["n_gen"] == 0), default=0.0)
+ltg = max((r["avg_ts"] for r in ls if r["n_gen"] > 0 and r["n_prompt"] == 0), default=0.0)
+gpp = max(g.get("prompt_tokens_per_s", 0.0) for g in gs)
+gtg = max(g.get("gen_tokens_per_s", 0.0) for g in gs)
 r = lambda a, b: f"{a / b:.2f}x" if b else "-"
 mb = lambda x: float(x) / 2**20
 gbud, lbud = (int(fb) + int(kv)), (int(lb) + int(kv))
