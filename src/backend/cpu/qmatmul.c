@@ -173,7 +173,8 @@ static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_
 /* One weight row (n elements) against nt tokens of prepared activations:
  * y[u * ldy] = dot(row, xq + u * xs bytes). */
 typedef void (*qdot_fn)(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
-/* The same for nr <= 4 consecutive rows (rb bytes apart; row r's values at y[u * ldy + r]). */
+/* The same for nr <= 4 consecutive rows (rb bytes apart; row r's values at y[u * ldy + r]);
+ * with one token (nt == 1), any nr. */
 typedef void (*qrows_fn)(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
                          size_t ldy);
 
@@ -729,6 +730,11 @@ static void row_worker(void *ctx, int ith, int nth) {
                               * MAX_NT tokens at a time: their x stays in L1 */
                 for (int u = t0; u < t1; u += MAX_NT)
                     mlx_rows(j, (int)o_lo, o_hi - (int)o_lo, u, t1 - u < MAX_NT ? t1 - u : MAX_NT);
+                continue;
+            }
+            if (j->rows_fn && j->n_tok == 1) { /* decode: the whole chunk in one call */
+                j->rows_fn(n_in, o_hi - (int)o_lo, (const char *)w->data + (size_t)o_lo * w->row_bytes, w->row_bytes,
+                           j->xq, j->xs, 1, j->y + o_lo, (size_t)n_out);
                 continue;
             }
             int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */

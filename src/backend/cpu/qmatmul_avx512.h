@@ -74,9 +74,9 @@ struct qx64 {
     float dv[16];
 };
 void q8_quant_x_avx512(const float *x, int n, struct qx64 *out);
-/* nr (1..4) Q8_0 rows rb bytes apart (row r: y[u * ldy + r]) against nt tokens of x,
- * xs bytes apart; each (row, token) value computed by the same operations whatever nr
- * and nt are. */
+/* nr (1..4; any with one token) Q8_0 rows rb bytes apart (row r: y[u * ldy + r]) against
+ * nt tokens of x, xs bytes apart; each (row, token) value computed by the same operations
+ * whatever nr and nt are. */
 void qrows_q8_0_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
                        size_t ldy);
 
@@ -94,7 +94,7 @@ struct qxk {
     uint8_t pad[12];
 };
 void qk_quant_x_avx512(const float *x, int n, int q4order, struct qxk *out);
-/* nr (1..4) rows rb bytes apart (row r: y[u * ldy + r]) against nt tokens of x (xs
+/* nr (any) rows rb bytes apart (row r: y[u * ldy + r]) against nt tokens of x (xs
  * bytes apart, q4order 1 for Q4_K/Q5_K, 0 for Q6_K); each (row, token) value computed
  * by the same operations whatever nr and nt are. */
 void qrows_q4_K_avx512(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
