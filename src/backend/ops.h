@@ -54,11 +54,11 @@ void op_add(struct backend *be, float *y, const float *x, long n);
  * (a, b) = (x[:n_rot/2], x[n_rot/2:n_rot]) and become
  * (a cos - b sin, b cos + a sin) with angle pos[t] * inv_freq[i]; cos and sin are
  * multiplied by scale. */
-void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
-             int n_tok, int n_heads, int head_dim, int n_rot);
+void op_rope(struct backend *be, float *x, const int32_t *pos, const float *inv_freq, float scale, int n_tok,
+             int n_heads, int head_dim, int n_rot);
 /* The same rotation over adjacent pairs (x[2i], x[2i+1]) (GPT-J / llama.cpp "norm"
  * layout), for checkpoints whose q/k rows were permuted to it. */
-void op_rope_interleaved(float *x, const int32_t *pos, const float *inv_freq, float scale,
+void op_rope_interleaved(struct backend *be, float *x, const int32_t *pos, const float *inv_freq, float scale,
                          int n_tok, int n_heads, int head_dim, int n_rot);
 
 /* Causal attention of n_tok queries at positions pos0 .. pos0+n_tok-1 against the
@@ -80,7 +80,7 @@ struct attn_args {
 void op_attention(struct backend *be, const struct attn_args *a);
 
 /* Store rows [n_tok][width] of f32 into the cache at row pos0 (f16 or f32). */
-void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width);
+void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width);
 
 /* ---- recurrent layers (src/backend/cpu/recurrent.c) ---- */
 

@@ -209,7 +209,7 @@ static void attention_block(struct gerbil_session *s, int l, int n, const float 
     struct backend *be = &s->be;
     const int hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd, pos0 = s->n_past;
     float *xn = s->xn;
-    void (*rope)(float *, const int32_t *, const float *, float, int, int, int, int) =
+    void (*rope)(struct backend *, float *, const int32_t *, const float *, float, int, int, int, int) =
         c->rope_interleaved ? op_rope_interleaved : op_rope;
 
     if (c->attn_out_gate) {                                          /* Qwen3.5: [q | gate] per head */
@@ -235,10 +235,10 @@ static void attention_block(struct gerbil_session *s, int l, int n, const float 
     const int local = c->has_rope_local && c->layer_sliding[l];      /* Gemma: sliding layers' RoPE */
     const struct rope_config *rc = local ? &c->rope_local : &c->rope;
     const float *inv_freq = local ? s->inv_freq_local : s->inv_freq;
-    rope(s->q, s->pos, inv_freq, rope_scale[local], n, c->n_head, hd, rc->n_dims);
-    rope(s->k, s->pos, inv_freq, rope_scale[local], n, c->n_head_kv, hd, rc->n_dims);
-    op_kv_store(s->k_cache[l], s->kv_type, s->k, pos0, n, KV);      /* cache k, v */
-    op_kv_store(s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
+    rope(be, s->q, s->pos, inv_freq, rope_scale[local], n, c->n_head, hd, rc->n_dims);
+    rope(be, s->k, s->pos, inv_freq, rope_scale[local], n, c->n_head_kv, hd, rc->n_dims);
+    op_kv_store(be, s->k_cache[l], s->kv_type, s->k, pos0, n, KV);  /* cache k, v */
+    op_kv_store(be, s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
     struct attn_args aa = {
         .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
         .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,

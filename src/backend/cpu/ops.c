@@ -188,23 +188,54 @@ static void rope_apply(float *x, const int32_t *pos, const float *inv_freq, floa
     }
 }
 
-void op_rope(float *x, const int32_t *pos, const float *inv_freq, float scale,
-             int n_tok, int n_heads, int head_dim, int n_rot) {
-    rope_apply(x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 0);
+struct rope_args {
+    float *x;
+    const int32_t *pos;
+    const float *inv_freq;
+    float scale;
+    int n_heads, head_dim, n_rot, interleaved;
+};
+
+static void rope_range(void *p, long lo, long hi) { /* tokens lo .. hi - 1 */
+    const struct rope_args *a = p;
+    rope_apply(a->x + (size_t)lo * a->n_heads * a->head_dim, a->pos + lo, a->inv_freq, a->scale, (int)(hi - lo),
+               a->n_heads, a->head_dim, a->n_rot, a->interleaved);
 }
 
-void op_rope_interleaved(float *x, const int32_t *pos, const float *inv_freq, float scale,
+static void rope_tokens(struct backend *be, float *x, const int32_t *pos, const float *inv_freq, float scale, int n_tok,
+                        int n_heads, int head_dim, int n_rot, int interleaved) {
+    struct rope_args a = {.x = x, .pos = pos, .inv_freq = inv_freq, .scale = scale, .n_heads = n_heads,
+                          .head_dim = head_dim, .n_rot = n_rot, .interleaved = interleaved};
+    parallel_range(be, n_tok, (long)n_heads * n_rot, rope_range, &a);
+}
+
+void op_rope(struct backend *be, float *x, const int32_t *pos, const float *inv_freq, float scale, int n_tok,
+             int n_heads, int head_dim, int n_rot) {
+    rope_tokens(be, x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 0);
+}
+
+void op_rope_interleaved(struct backend *be, float *x, const int32_t *pos, const float *inv_freq, float scale,
                          int n_tok, int n_heads, int head_dim, int n_rot) {
-    rope_apply(x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 1);
+    rope_tokens(be, x, pos, inv_freq, scale, n_tok, n_heads, head_dim, n_rot, 1);
 }
 
-void op_kv_store(void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width) {
-    const size_t n = (size_t)n_tok * width, off = (size_t)pos0 * width;
-    if (kv_type == GB_TYPE_F32) {
-        memcpy((float *)cache + off, x, n * sizeof(float));
-    } else {
-        f32_to_f16_row((uint16_t *)cache + off, x, (long)n);
-    }
+struct kv_args {
+    void *dst; /* the cache at row pos0 */
+    const float *x;
+    enum gb_type kv_type;
+};
+
+static void kv_range(void *p, long lo, long hi) { /* elements lo .. hi - 1 */
+    const struct kv_args *a = p;
+    if (a->kv_type == GB_TYPE_F32) memcpy((float *)a->dst + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
+    else f32_to_f16_row((uint16_t *)a->dst + lo, a->x + lo, hi - lo);
+}
+
+void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width) {
+    const size_t off = (size_t)pos0 * width;
+    struct kv_args a = {.dst = kv_type == GB_TYPE_F32 ? (void *)((float *)cache + off) : (void *)((uint16_t *)cache + off),
+                        .x = x, .kv_type = kv_type};
+    parallel_range(be, (long)n_tok * width, 1, kv_range, &a);
 }
 
 /* One (token, head) pair per work item: scores, softmax, weighted sum of values. */
