@@ -56,15 +56,15 @@ static inline __attribute__((always_inline)) void pv_block(int QB, int nq, float
                                                            const float *dummy) {
     for (int i0 = 0; i0 < nq; i0 += QB) {
         for (int c = 0; c < nc; c++) {
-            __m512 acc[8];
-#pragma GCC unroll 8
+            __m512 acc[16];
+#pragma GCC unroll 16
             for (int k = 0; k < QB; k++) acc[k] = _mm512_loadu_ps(i0 + k < nq ? o[i0 + k] + 16 * c : dummy);
             for (int j = jb; j < je; j++) {
                 __m512 v = load_h16(vb + (size_t)j * kv_width + 16 * c);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                 for (int k = 0; k < QB; k++) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(sc[i0 + k][j - jb]), v, acc[k]);
             }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int k = 0; k < QB; k++)
                 if (i0 + k < nq) _mm512_storeu_ps(o[i0 + k] + 16 * c, acc[k]);
         }
@@ -155,7 +155,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     int jlo[ATTN512_MAX_Q], jhi[ATTN512_MAX_Q];
     float sc[ATTN512_MAX_Q][KB], dummy[16];
     _Alignas(64) float kt[ATTN512_MAX_HD][KB];
-    int lo = 1 << 30, hi = -1, nq8 = (nq + 7) / 8 * 8;
+    int lo = 1 << 30, hi = -1, nqb = (nq + 15) / 16 * 16; /* pv_block reads whole QB rows of sc */
     for (int d = 0; d < 16; d++) dummy[d] = 0.0f;
     for (int i = 0; i < nq; i++) {
         int t = t0 + i / group, h = kvh * group + i % group, pos = a->pos0 + t;
@@ -175,13 +175,17 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
         if (nq >= KT_MIN_Q) scores_kt(a, kvh, q, nq, jlo, jhi, jb, je, sc, kt);
         else scores_rows(a, kvh, q, nq, jlo, jhi, jb, je, sc);
         /* online softmax: rescale what came before, turn scores into weights */
-        for (int i = 0; i < nq8; i++) {
+        for (int i = 0; i < nqb; i++) {
             if (i >= nq || je - 1 < jlo[i] || jb > jhi[i]) { /* no key here: weights 0 (add nothing) */
                 for (int j = 0; j < KB; j++) sc[i][j] = 0.0f;
                 continue;
             }
-            float bm = -INFINITY;
-            for (int j = 0; j < je - jb; j++) bm = sc[i][j] > bm ? sc[i][j] : bm;
+            __m512 bmv = _mm512_set1_ps(-INFINITY);
+            for (int j = 0; j < je - jb; j += 16) {
+                __mmask16 in = je - jb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (je - jb - j)) - 1u);
+                bmv = _mm512_mask_max_ps(bmv, in, bmv, _mm512_loadu_ps(sc[i] + j));
+            }
+            float bm = _mm512_reduce_max_ps(bmv);
             float mn = bm > m[i] ? bm : m[i];
             float corr = expf(m[i] - mn); /* 0 on the first block (m = -inf) */
             if (corr != 1.0f) {
@@ -206,7 +210,8 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
         const uint16_t *vb = vc + (size_t)kvh * hd;
         if (nq <= 2) pv_block(2, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
         else if (nq <= 4) pv_block(4, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
-        else pv_block(8, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
+        else if (nq <= 8) pv_block(8, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
+        else pv_block(16, nq, o, sc, vb, kv_width, jb, je, nc, dummy); /* each value row converted nq / 16 times */
     }
     for (int i = 0; i < nq; i++) {
         __m512 inv = _mm512_set1_ps(1.0f / l[i]);
