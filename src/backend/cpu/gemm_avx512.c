@@ -158,32 +158,39 @@ static void dq_chunk(const struct gb_weight *w, int64_t r, int64_t k0, int n, fl
 
 /* ---- panel --------------------------------------------------------------------------- */
 
-/* v[i] = 16 pairs (u32) of row i of 16: transposed into pair order, pair p's 16 rows at
- * dst + p PR. */
-AI void put_pairs16(__m512i v[16], uint32_t *dst) {
-    transpose16_epi32(v);
-    for (int p = 0; p < 16; p++) _mm512_store_si512(dst + (size_t)p * PR, v[p]);
+/* PR rows of n (a multiple of 32) 16-bit values, tmp[r][0..n), as pairs into the panel
+ * from pair p0 on: pair p of row r at pan[(p0 + p) PR + r] (16 rows' 16 pairs transposed
+ * 16 x 16 at a time). */
+static void put_panel(const int16_t (*tmp)[256], int n, int p0, uint32_t *pan) {
+    for (int h = 0; h < PR / 16; h++) {
+        for (int s = 0; s < n / 32; s++) { /* elements 32 s .. 32 s + 31: pairs 16 s .. */
+            __m512i v[16];
+            for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tmp[16 * h + i] + 32 * s);
+            transpose16_epi32(v);
+            uint32_t *dst = pan + (size_t)(p0 + 16 * s) * PR + 16 * h;
+            for (int p = 0; p < 16; p++) _mm512_store_si512(dst + (size_t)p * PR, v[p]);
+        }
+    }
 }
 
-/* Rows o0..o0 + nr - 1 (nr <= PR; the rest zero), k in [k0, k0 + kn), into pan[kn / 2][PR]. */
+/* Rows o0..o0 + nr - 1 (nr <= PR; the rest zero), k in [k0, k0 + kn), into pan[kn / 2][PR]
+ * as bf16. */
 static void pack(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, uint32_t *pan) {
-    _Alignas(64) float tmp[PR][256];
+    _Alignas(64) int16_t tmp[PR][256];
+    _Alignas(64) float f[256];
     for (int kk = 0; kk < kn; kk += 256) {
         int n = kn - kk < 256 ? kn - kk : 256;
         for (int r = 0; r < PR; r++) {
-            if (r < nr) dq_chunk(w, o0 + r, k0 + kk, n, tmp[r]);
-            else memset(tmp[r], 0, sizeof tmp[r]);
-        }
-        for (int h = 0; h < PR / 16; h++) {
-            for (int s = 0; s < n / 32; s++) { /* elements 32 s .. 32 s + 31: pairs 16 s .. */
-                __m512i v[16];
-                for (int i = 0; i < 16; i++) {
-                    const float *src = tmp[16 * h + i] + 32 * s;
-                    v[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(src + 16), _mm512_load_ps(src));
-                }
-                put_pairs16(v, pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h);
+            if (r >= nr) {
+                memset(tmp[r], 0, sizeof tmp[r]);
+                continue;
             }
+            dq_chunk(w, o0 + r, k0 + kk, n, f);
+            for (int i = 0; i < n; i += 32)
+                _mm512_store_si512(tmp[r] + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(f + i + 16),
+                                                                            _mm512_load_ps(f + i)));
         }
+        put_panel((const int16_t (*)[256])tmp, n, kk / 2, pan);
     }
 }
 
@@ -293,13 +300,7 @@ static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int 
             if (r < nr) mlx_codes(w, o0 + r, k0 + kk, n, tmp[r]);
             else memset(tmp[r], 0, sizeof tmp[r]);
         }
-        for (int h = 0; h < PR / 16; h++) {
-            for (int s = 0; s < n / 32; s++) {
-                __m512i v[16];
-                for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(tmp[16 * h + i] + 32 * s);
-                put_pairs16(v, pan + (size_t)(kk / 2 + 16 * s) * PR + 16 * h);
-            }
-        }
+        put_panel((const int16_t (*)[256])tmp, n, kk / 2, pan);
     }
     int gs = w->group_size;
     int64_t ng = w->n_in / gs;
@@ -310,7 +311,6 @@ static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int 
             pb[gi * PR + r] = r < nr ? mlx_sb_value(w->sb_type, w->biases, at) : 0.0f;
         }
 }
-
 
 /* acc += pairwise products of a and b (vpdpwssd). As inline asm with the accumulator tied:
  * GCC 12's intrinsic copied all 12 accumulators in and out of the loop every step (a
