@@ -56,7 +56,25 @@ enum { MR = 4, MT = 2 };
 
 /* ---- activations ----------------------------------------------------------------------- */
 
-AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
+/* One block of 32 x to integers in [-levels, levels]: q[0], q[1] elements 0..15, 16..31
+ * (vcvtps2dq rounds to nearest even, as qmatmul.c's round_near); returns the step
+ * max|x| / levels (0 for an all-zero block). */
+AI float quant_block32(const float *xb, float levels, __m512i q[2]) {
+    __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    float id = amax > 0.0f ? levels / amax : 0.0f;
+    q[0] = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+    q[1] = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+    return amax / levels;
+}
+
+/* quant_block32's codes as 32 int16 lanes, and their sum. */
+AI __m512i block16(const __m512i q[2], int *sum) {
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q[0])), _mm512_cvtepi32_epi16(q[1]), 1);
+}
+
+void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
     const __m512i ie = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
                                         24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i io = _mm512_add_epi16(ie, _mm512_set1_epi16(1));
@@ -67,16 +85,11 @@ AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, 
         __m512i B[4];
         float d[4];
         for (int b = 0; b < 4; b++) {
-            __m512 x0 = _mm512_loadu_ps(xc + 32 * b), x1 = _mm512_loadu_ps(xc + 32 * b + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
-            d[b] = amax / 32767.0f;
-            /* vcvtps2dq rounds to nearest even, as qmatmul.c's round_near */
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
-            int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            __m512i q[2];
+            int sum;
+            d[b] = quant_block32(xc + 32 * b, 32767.0f, q);
+            B[b] = block16(q, &sum);
             gsum[(32 * (4 * c + b)) >> lg] += d[b] * (float)sum;
-            B[b] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)), _mm512_cvtepi32_epi16(q1), 1);
         }
         /* even / odd elements of each 64 */
         __m512i E0 = _mm512_permutex2var_epi16(B[0], ie, B[1]), O0 = _mm512_permutex2var_epi16(B[0], io, B[1]);
@@ -99,10 +112,6 @@ AI void mlx_quant_x(const float *x, int n, int bits, int gs, struct qx128 *out, 
             for (int m = 0; m < 32; m++) dv[m] = d[m / 8];
         }
     }
-}
-
-void mlx_quant_x_avx512(const float *x, int n, int bits, int gs, struct qx128 *out, float *gsum) {
-    mlx_quant_x(x, n, bits, gs, out, gsum);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
@@ -271,15 +280,12 @@ void mlx_quant_x4p_avx512(const float *x, int n, int gs, struct qx512 *out, floa
                 o->dv[m] = 0.0f;
                 continue;
             }
-            __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            float id = amax > 0.0f ? 32767.0f / amax : 0.0f, d = amax / 32767.0f;
+            __m512i qb[2];
+            int sum;
+            float d = quant_block32(x + 32 * b, 32767.0f, qb);
+            __m512i q = block16(qb, &sum);
             o->dv[m] = d;
-            /* vcvtps2dq rounds to nearest even, as qmatmul.c's round_near */
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
-            gsum[(32 * b) >> lg] += d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)), _mm512_cvtepi32_epi16(q1), 1);
+            gsum[(32 * b) >> lg] += d * (float)sum;
             __m256i ev = _mm512_castsi512_si256(_mm512_permutexvar_epi16(iev, q));
             __m256i od = _mm512_castsi512_si256(_mm512_permutexvar_epi16(iod, q));
             _mm_store_si128((__m128i *)part[0][m], _mm256_cvtepi16_epi8(_mm256_srai_epi16(ev, 8)));
@@ -424,13 +430,10 @@ void q8_quant_x_avx512(const float *x, int n, struct qx64 *out) {
                 q8[2 * h] = q8[2 * h + 1] = _mm_setzero_si128();
                 continue;
             }
-            const float *xb = x + 32 * (2 * c + h);
-            __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            d[h] = amax / 127.0f;
-            q8[2 * h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id))));
-            q8[2 * h + 1] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id))));
+            __m512i qb[2];
+            d[h] = quant_block32(x + 32 * (2 * c + h), 127.0f, qb);
+            q8[2 * h] = _mm512_cvtepi32_epi8(qb[0]);
+            q8[2 * h + 1] = _mm512_cvtepi32_epi8(qb[1]);
         }
         __m512i q = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_set_m128i(q8[1], q8[0])), _mm256_set_m128i(q8[3], q8[2]), 1);
