@@ -758,6 +758,12 @@ static void row_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Rows per work item: all of them on one thread, else CHUNKS_PER_THREAD items per thread. */
+static int row_chunk(int64_t n_out, int nth) {
+    long n_chunks = (long)nth * CHUNKS_PER_THREAD;
+    return nth == 1 ? (int)n_out : (int)((n_out + n_chunks - 1) / n_chunks);
+}
+
 static int is_float_plain(const struct gb_weight *w) {
     return w->kind == GB_WEIGHT_PLAIN &&
            (w->type == GB_TYPE_F32 || w->type == GB_TYPE_F16 || w->type == GB_TYPE_BF16);
@@ -789,8 +795,7 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     a *= (size_t)n_tok;
     /* the GEMMs' x: token tiles of bf16 pairs, or of 16-bit pairs + 2 floats per group (MLX) */
     b = gemm_x_words(n_tok, (int)w->n_in, GEMM_T) * 4;
-    if (w->kind == GB_WEIGHT_MLX)
-        b = gemm_x_words(n_tok, (int)w->n_in, GEMM_T) * 4 + (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
+    if (w->kind == GB_WEIGHT_MLX) b += (size_t)n_tok * (size_t)(w->n_in / w->group_size) * 8;
     return 64 + (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
@@ -844,8 +849,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         j.chunk = (int)w->n_out;
         row_worker(&j, 0, 1);
     } else {
-        long n_chunks = (long)nth * CHUNKS_PER_THREAD;
-        j.chunk = (int)((w->n_out + n_chunks - 1) / n_chunks);
+        j.chunk = row_chunk(w->n_out, nth);
         if ((j.x512 && !j.packed) || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
         tp_run(tp, row_worker, &j);
     }
@@ -890,8 +894,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
         if (w[i]->kind != GB_WEIGHT_MLX || !w[i]->packed || w[i]->n_in != w0->n_in ||
             w[i]->group_size != w0->group_size || w[i]->n_out <= 0)
             return 0;
-    int n = (int)w0->n_in, gs = w0->group_size;
-    if (n <= 0 || n % 128 != 0 || gs < 32 || gs > 128 || (gs & (gs - 1)) != 0) return 0;
+    int n = (int)w0->n_in, gs = w0->group_size; /* packed: 4-bit, n % 128 == 0, gs in 32..128 */
     struct mjob m;
     m.k = k;
     atomic_init(&m.next, 0);
@@ -915,8 +918,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
         j->xq = xq;
         j->xs = xs;
         j->gsum = gsum;
-        long n_chunks = (long)nth * CHUNKS_PER_THREAD;
-        j->chunk = nth == 1 ? (int)w[i]->n_out : (int)((w[i]->n_out + n_chunks - 1) / n_chunks);
+        j->chunk = row_chunk(w[i]->n_out, nth);
         m.first[i + 1] = m.first[i] + (int)((w[i]->n_out + j->chunk - 1) / j->chunk);
     }
     if (nth == 1) multi_worker(&m, 0, 1);
