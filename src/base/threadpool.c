@@ -53,6 +53,19 @@ struct threadpool {
     pthread_cond_t cv;
 };
 
+/* One poll of a spinning thread: pause, or yield every YIELD_EVERY polls. */
+static void spin_pause(int spins) {
+    if (spins % YIELD_EVERY == 0) sched_yield();
+    else CPU_RELAX();
+}
+
+/* Take share w->ith of job g for the calling thread; 0 where someone took it already. */
+static int claim(struct worker *w, unsigned g) {
+    unsigned expect = g - 1u;
+    return atomic_compare_exchange_strong_explicit(&w->claimed, &expect, g, memory_order_acq_rel,
+                                                   memory_order_relaxed);
+}
+
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     threadpool_t *tp = w->tp;
@@ -63,8 +76,7 @@ static void *worker_main(void *arg) {
         while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&tp->stop, memory_order_acquire)) {
             if (++spins < SPIN_ITERS) {
-                if (spins % YIELD_EVERY == 0) sched_yield();
-                else CPU_RELAX();
+                spin_pause(spins);
                 continue;
             }
             pthread_mutex_lock(&tp->mu);
@@ -79,10 +91,7 @@ static void *worker_main(void *arg) {
         seen = g;
         /* fails where the caller ran this share already (and may have started job g + 1:
          * the next poll sees that one) */
-        unsigned expect = g - 1u;
-        if (!atomic_compare_exchange_strong_explicit(&w->claimed, &expect, g, memory_order_acq_rel,
-                                                     memory_order_relaxed))
-            continue;
+        if (!claim(w, g)) continue;
         tp->fn(tp->ctx, w->ith, tp->n_threads);
         atomic_store_explicit(&w->done, g, memory_order_release);
     }
@@ -146,14 +155,8 @@ void tp_run(threadpool_t *tp, tp_fn fn, void *ctx) {
     fn(ctx, 0, tp->n_threads);
     for (int i = 1; i < tp->n_threads; i++) {
         struct worker *w = &tp->workers[i - 1];
-        unsigned expect = g - 1u;
-        if (atomic_compare_exchange_strong_explicit(&w->claimed, &expect, g, memory_order_acq_rel,
-                                                    memory_order_relaxed))
-            fn(ctx, i, tp->n_threads); /* not taken yet: run it here */
+        if (claim(w, g)) fn(ctx, i, tp->n_threads); /* not taken yet: run it here */
         else
-            for (int spins = 1; atomic_load_explicit(&w->done, memory_order_acquire) != g; spins++) {
-                if (spins % YIELD_EVERY == 0) sched_yield();
-                else CPU_RELAX();
-            }
+            for (int spins = 1; atomic_load_explicit(&w->done, memory_order_acquire) != g; spins++) spin_pause(spins);
     }
 }

@@ -12,18 +12,22 @@
 #include <math.h>
 #include <string.h>
 
+/* y[t][:] += bias (NULL: nothing) for n_tok rows of n_out. */
+static void add_bias(float *y, const float *bias, int n_tok, int n_out) {
+    if (bias)
+        for (int t = 0; t < n_tok; t++)
+            for (int i = 0; i < n_out; i++) y[(size_t)t * n_out + i] += bias[i];
+}
+
 void op_matmul(struct backend *be, float *y, const float *x, const struct gb_weight *w,
                const float *bias, int n_tok) {
-    const int n_out = (int)w->n_out;
     if (be->reference) {
         matmul_w_ref(y, x, w, n_tok);
     } else {
         GB_ASSERT(matmul_w_work_size(w, n_tok) <= be->work_size);
         matmul_w(be->tp, y, x, w, n_tok, be->work);
     }
-    if (bias)
-        for (int t = 0; t < n_tok; t++)
-            for (int i = 0; i < n_out; i++) y[(size_t)t * n_out + i] += bias[i];
+    add_bias(y, bias, n_tok, (int)w->n_out);
 }
 
 void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x, const struct gb_weight *const *w,
@@ -31,12 +35,7 @@ void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x,
     if (!be->reference) {
         GB_ASSERT(matmul_w_work_size(w[0], n_tok) <= be->work_size);
         if (matmul_w_multi(be->tp, k, y, x, w, n_tok, be->work)) {
-            for (int i = 0; i < k; i++) {
-                const int n_out = (int)w[i]->n_out;
-                if (bias && bias[i])
-                    for (int t = 0; t < n_tok; t++)
-                        for (int o = 0; o < n_out; o++) y[i][(size_t)t * n_out + o] += bias[i][o];
-            }
+            for (int i = 0; i < k; i++) add_bias(y[i], bias ? bias[i] : NULL, n_tok, (int)w[i]->n_out);
             return;
         }
     }
