@@ -20,7 +20,6 @@
 #include "tensor/quant.h"
 
 #include <stddef.h>
-
 #include <stdint.h>
 
 void dequantize_row_q8_0(const void *blocks, float *y, int64_t n);
@@ -70,6 +69,8 @@ struct gb_quant_fns quant_fns(enum gb_type t);
  * is the same stream. Group g of group_size codes has one scale
  * and one bias (type sb_type: F32, F16 or BF16): w = scale * q + bias.
  * n must be a multiple of group_size and of 32 (group_size in {32, 64, 128}). */
+void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *biases,
+                        enum gb_type sb_type, int bits, int group_size, float *y, int64_t n);
 /* Element i of an MLX scales or biases array of type t (F32, F16 or BF16). */
 static inline float mlx_sb_value(enum gb_type t, const void *p, size_t i) {
     switch (t) {
@@ -79,8 +80,6 @@ static inline float mlx_sb_value(enum gb_type t, const void *p, size_t i) {
     default: GB_ASSERT(!"MLX scales/biases must be F32, F16 or BF16"); return 0.0f;
     }
 }
-void dequantize_row_mlx(const uint32_t *words, const void *scales, const void *biases,
-                        enum gb_type sb_type, int bits, int group_size, float *y, int64_t n);
 /* The inverse, as MLX's affine quantizer (its Metal kernel) does it: per group,
  * scale = (max(0, w_max) - w_min) / (2^bits - 1) (at least 1e-7), then adjusted so
  * the edge of larger magnitude (and zero) fall exactly on codes; bias = that edge;

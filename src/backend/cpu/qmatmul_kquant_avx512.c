@@ -116,7 +116,6 @@ AI __m512i sel2(int a, int b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(ca, ca)), _mm256_set_m128i(cb, cb), 1);
 }
 
-/* One row (nb super-blocks) against T tokens: out[u] = 16 lanes summing to y; Q5_K when q5. */
 /* The integer sum of 256 codes (four 64-byte vectors w, unsigned) times x (four vectors at
  * xv, int8), pairs scaled by s in int16: two chains, p over w0 and w2, q over w1 and w3;
  * vpmaddwd starts each (vpdpwssd from zero, the same sums). */
@@ -128,6 +127,7 @@ AI void dot4(__m512i w0, __m512i w1, __m512i w2, __m512i w3, __m512i s0, __m512i
     *q = _mm512_dpwssd_epi32(*q, _mm512_maddubs_epi16(w3, _mm512_load_si512(xv + 3)), s3);
 }
 
+/* One row (nb super-blocks) against T tokens: out[u] = 16 lanes summing to y; Q5_K when q5. */
 AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, int T, __m512 out[KT]) {
     const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(15), m10 = _mm512_set1_epi8(0x10);
