@@ -390,17 +390,20 @@ static ALWAYS_INLINE __m256 tanh8(__m256 t) {
 
 /* The last n % 8 elements go through the same vector code from a padded copy, so an
  * element's value never depends on whether it fell in the body or the tail. */
-void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) {
+/* y[i] = f8(g, u) over n elements, 8 at a time; the tail through the same vector code,
+ * so each element's result is the same wherever a split puts it. */
+static ALWAYS_INLINE void map2(float *y, const float *g, const float *u, long n, __m256 (*f8)(__m256, __m256)) {
     long i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, gelu_tanh_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
     if (i < n) {
         float gb[8] = {0}, ub[8] = {0}, yb[8];
         for (long j = i; j < n; j++) { gb[j - i] = g[j]; ub[j - i] = u[j]; }
-        _mm256_storeu_ps(yb, gelu_tanh_mul8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
+        _mm256_storeu_ps(yb, f8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
         for (long j = i; j < n; j++) y[j] = yb[j - i];
     }
 }
+
+void gelu_tanh_mul_avx2(float *y, const float *g, const float *u, long n) { map2(y, g, u, n, gelu_tanh_mul8); }
 
 double sumsq_f32_avx2(const float *x, int n) {
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
@@ -431,16 +434,7 @@ void f32_to_f16_row_avx2(uint16_t *y, const float *x, long n) {
     for (; i < n; i++) y[i] = f32_to_f16(x[i]);
 }
 
-void silu_mul_avx2(float *y, const float *g, const float *u, long n) {
-    long i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
-    if (i < n) { /* as gelu_tanh_mul_avx2: the tail through the same vector code */
-        float gb[8] = {0}, ub[8] = {0}, yb[8];
-        for (long j = i; j < n; j++) { gb[j - i] = g[j]; ub[j - i] = u[j]; }
-        _mm256_storeu_ps(yb, silu_mul8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
-        for (long j = i; j < n; j++) y[j] = yb[j - i];
-    }
-}
+void silu_mul_avx2(float *y, const float *g, const float *u, long n) { map2(y, g, u, n, silu_mul8); }
 
 void softcap_avx2(float *x, float cap, long n) {
     const __m256 c = _mm256_set1_ps(cap);
