@@ -293,8 +293,8 @@ static void test_ggml(enum gb_type t, unsigned long long *seed) {
     }
 }
 
-/* matmul_w_multi (one token; where it has a fused path) against matmul_w per matrix, bit
- * for bit, on every pool: w and w less its first row. */
+/* matmul_w_multi (one token, packed weights: its fused path must run) against matmul_w per
+ * matrix, bit for bit, on every pool: w and w less its first row. */
 static void check_multi(const struct gb_weight *w, unsigned long long *seed, const char *what) {
     int n_in = (int)w->n_in, n_out = (int)w->n_out;
     if (n_out < 2) return;
@@ -314,7 +314,9 @@ static void check_multi(const struct gb_weight *w, unsigned long long *seed, con
     matmul_w(pools[0], rb, x, &w2, 1, work);
     for (int p = 0; p < 3; p++) {
         float *ys[2] = {ya, yb};
-        if (!matmul_w_multi(pools[p], 2, ys, x, ws, 1, work)) break; /* no fused path here */
+        int ran = matmul_w_multi(pools[p], 2, ys, x, ws, 1, work);
+        CHECKF(ran, "%s n_in %d n_out %d: matmul_w_multi took no fused path for packed weights", what, n_in, n_out);
+        if (!ran) break;
         CHECKF(memcmp(ya, ra, (size_t)n_out * sizeof(float)) == 0 &&
                    memcmp(yb, rb, (size_t)(n_out - 1) * sizeof(float)) == 0,
                "%s n_in %d n_out %d, %d threads: matmul_w_multi differs from matmul_w", what, n_in, n_out, p + 1);
@@ -383,7 +385,6 @@ static void test_mlx(int bits, int gs, enum gb_type sbt, unsigned long long *see
                 }
             }
             check_all_tok(&w, deq, mag, 32, 32767.0f, seed, what);
-            check_multi(&w, seed, what);
             if (qmatmul_wants_pack(&w)) check_packed(&w, deq, mag, seed, what);
             free(data);
             free(sc);
