@@ -182,7 +182,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             }
             __m512 bmv = _mm512_set1_ps(-INFINITY);
             for (int j = 0; j < je - jb; j += 16) {
-                __mmask16 in = je - jb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (je - jb - j)) - 1u);
+                __mmask16 in = lanes16(je - jb - j);
                 bmv = _mm512_mask_max_ps(bmv, in, bmv, _mm512_loadu_ps(sc[i] + j));
             }
             float bm = _mm512_reduce_max_ps(bmv);
@@ -195,7 +195,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             }
             __m512 sv = _mm512_setzero_ps(), mv = _mm512_set1_ps(mn);
             for (int j = 0; j < je - jb; j += 16) {
-                __mmask16 in = je - jb - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (je - jb - j)) - 1u);
+                __mmask16 in = lanes16(je - jb - j);
                 __m512 x = _mm512_maskz_loadu_ps(in, sc[i] + j);
                 /* -inf scores (keys outside the range) and lanes past the block get 0 */
                 __mmask16 ok = in & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);

@@ -25,6 +25,7 @@
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt: every
  * *_avx512.c); nothing here runs before qmatmul.c has checked the CPU. */
 #include "backend/cpu/qmatmul_avx512.h"
+#include "backend/cpu/simd512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -140,7 +141,7 @@ AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, si
     /* blocks of 16 groups (16 gs / 128 chunks): their scales are loaded and converted once
      * per row, and their bias terms go in with one FMA per row and token */
     for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
-        __mmask16 m = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __mmask16 m = lanes16(ng - g0);
         __m512 s16[MR];
         UNROLL for (int r = 0; r < R; r++) {
             __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
@@ -330,7 +331,7 @@ AI void mlx4p_row(int T, int n, int gs, const uint8_t *codes, const char *sc, co
     UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     /* runs of 16 groups (one scale / bias load each) = gs / 32 sets */
     for (int g0 = 0; g0 < ng; g0 += 16) {
-        __mmask16 gm = ng - g0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g0)) - 1u);
+        __mmask16 gm = lanes16(ng - g0);
         __m512 s16 = sb16(sc, sbt, g0, gm), b16 = sb16(bi, sbt, g0, gm);
         UNROLL for (int t = 0; t < T; t++)
             acc[t] = _mm512_fmadd_ps(b16, _mm512_maskz_loadu_ps(gm, gsum + (size_t)t * gstr + g0), acc[t]);
@@ -338,7 +339,7 @@ AI void mlx4p_row(int T, int n, int gs, const uint8_t *codes, const char *sc, co
         if (s1 > (nb + 15) / 16) s1 = (nb + 15) / 16;
         for (int s = s0; s < s1; s++) {
             int bs = nb - 16 * s >= 16 ? 16 : nb - 16 * s; /* blocks (lanes) in this set */
-            __mmask16 lm = (__mmask16)((1u << bs) - 1u);
+            __mmask16 lm = lanes16(bs);
             const uint8_t *cs = codes + (size_t)s * 256;
             __m512i ah[PT], al[PT];
             UNROLL for (int t = 0; t < T; t++) ah[t] = al[t] = _mm512_setzero_si512();

@@ -5,6 +5,9 @@
 
 #include <immintrin.h>
 
+/* The first n lanes of 16 (all for n >= 16). */
+static inline __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
 /* 16 x 16 transpose of 32-bit elements: word j of v[i] <-> word i of v[j]. */
 static inline __attribute__((always_inline)) void transpose16_epi32(__m512i v[16]) {
     __m512i t[16], u[16];
