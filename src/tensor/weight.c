@@ -47,14 +47,14 @@ void weight_pack_mlx4(struct gb_weight *w) {
     w->packed = 1;
 }
 
-void weight_mlx_words(const struct gb_weight *w, int64_t r, uint32_t *out) {
+void weight_mlx_words(const struct gb_weight *w, int64_t r, size_t w0, size_t k, uint32_t *out) {
     size_t nw = (size_t)(w->n_in * w->bits / 32);
     const uint32_t *row = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
     if (!w->packed) {
-        memcpy(out, row, nw * sizeof *out);
+        memcpy(out, row + w0, k * sizeof *out);
         return;
     }
-    for (size_t i = 0; i < nw; i++) out[i] = row[mlx4_packed_word(i, nw)];
+    for (size_t i = 0; i < k; i++) out[i] = row[mlx4_packed_word(w0 + i, nw)];
 }
 
 void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {
@@ -64,12 +64,9 @@ void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {
         const size_t sb = type_traits(w->sb_type)->type_size;
         /* 512 elements at a time: whole groups, and whole sets of packed rows */
         uint32_t words[512 * 8 / 32];
-        size_t nw = (size_t)(w->n_in * w->bits / 32);
-        const uint32_t *row = (const uint32_t *)((const char *)w->data + (size_t)r * mlx_row_bytes(w));
         for (int64_t c0 = 0; c0 < w->n_in; c0 += 512) {
             int64_t n = w->n_in - c0 < 512 ? w->n_in - c0 : 512;
-            size_t w0 = (size_t)c0 * (size_t)w->bits / 32, k = (size_t)n * (size_t)w->bits / 32;
-            for (size_t i = 0; i < k; i++) words[i] = w->packed ? row[mlx4_packed_word(w0 + i, nw)] : row[w0 + i];
+            weight_mlx_words(w, r, (size_t)c0 * (size_t)w->bits / 32, (size_t)n * (size_t)w->bits / 32, words);
             const size_t g0 = (size_t)(r * n_groups + c0 / w->group_size);
             dequantize_row_mlx(words, (const char *)w->scales + g0 * sb, (const char *)w->biases + g0 * sb,
                                w->sb_type, w->bits, w->group_size, out + c0, n);

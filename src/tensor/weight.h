@@ -43,8 +43,8 @@ static inline size_t mlx4_packed_word(size_t i, size_t nw) {
 /* Put every row of w (4-bit MLX, in MLX's order, data writable) in packed order and set
  * w->packed. */
 void weight_pack_mlx4(struct gb_weight *w);
-/* Row r's words in MLX's order (nw = n_in / 8 of them). */
-void weight_mlx_words(const struct gb_weight *w, int64_t r, uint32_t *out);
+/* Words w0 .. w0 + k - 1 of row r in MLX's order, packed or not. */
+void weight_mlx_words(const struct gb_weight *w, int64_t r, size_t w0, size_t k, uint32_t *out);
 
 /* Bytes the weight occupies (data + scales + biases). */
 size_t weight_nbytes(const struct gb_weight *w);

@@ -666,7 +666,7 @@ static __attribute__((noinline)) void mlxdot_generic_packed(const struct gb_weig
     uint32_t words[MAX_PACKED_N / 8];
     int n = (int)w->n_in;
     GB_ASSERT(n <= MAX_PACKED_N);
-    weight_mlx_words(w, o, words);
+    weight_mlx_words(w, o, 0, (size_t)n / 8, words);
     mlxdot_generic(n, w->group_size, w->bits, (const uint8_t *)words, (size_t)n / 2, sc, bi, w->sb_type, x, xs, g,
                    gstr, nt, y, (size_t)w->n_out);
 }
