@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 enum { DEFAULT_MAX_CTX = 4096, DEFAULT_BATCH = 512 };
@@ -307,12 +308,28 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     s->k_cache = calloc(n_layer, sizeof(void *));
     s->v_cache = calloc(n_layer, sizeof(void *));
     int ok = s->k_cache && s->v_cache;
-    /* calloc: pages of context never reached are never touched, so never resident. */
-    for (int l = 0; ok && l < c->n_layer; l++) {
-        if (c->layer_kind[l] != LAYER_ATTENTION) continue;
-        s->k_cache[l] = calloc((size_t)n_ctx * KV, elt);
-        s->v_cache[l] = calloc((size_t)n_ctx * KV, elt);
-        ok = s->k_cache[l] && s->v_cache[l];
+    /* One anonymous mapping for every layer's K and V, in 2 MiB pages where transparent huge
+     * pages are "madvise" (a hint): each token's attention reads a 256-byte row per position
+     * and kv head, 2 KiB apart, which with 4 KiB pages was a TLB miss every other position.
+     * Measured (Qwen3-0.6B MLX 4-bit, tg128, 1 thread, perf): attention 5.6-7.4% of the
+     * decode profile -> 3.2-4.0%, the cache store 1.3% -> 0.15%. Pages of context never
+     * reached are never touched, so never resident (in 2 MiB steps per layer). */
+    const size_t per = (size_t)n_ctx * KV * elt; /* one layer's K (or V) */
+    s->kv_bytes = (size_t)n_ctx * kv_bytes_per_token(c, elt);
+    if (ok && s->kv_bytes) {
+        void *kv = mmap(NULL, s->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ok = kv != MAP_FAILED;
+        s->kv_mem = ok ? kv : NULL;
+#ifdef MADV_HUGEPAGE
+        if (ok) madvise(kv, s->kv_bytes, MADV_HUGEPAGE);
+#endif
+        char *p = s->kv_mem;
+        for (int l = 0; ok && l < c->n_layer; l++) {
+            if (c->layer_kind[l] != LAYER_ATTENTION) continue;
+            s->k_cache[l] = p;
+            s->v_cache[l] = p + per;
+            p += 2 * per;
+        }
     }
     ok = ok && recurrent_alloc(s) == 0 && moe_alloc(s) == 0;
     /* feed-forward hidden width: dense, routed experts and the shared expert share s->gate, s->up */
@@ -348,10 +365,7 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
 
 void gerbil_session_free(gerbil_session_t s) {
     if (!s) return;
-    for (int l = 0; l < s->model->cfg.n_layer; l++) {
-        if (s->k_cache) free(s->k_cache[l]);
-        if (s->v_cache) free(s->v_cache[l]);
-    }
+    if (s->kv_mem) munmap(s->kv_mem, s->kv_bytes);
     free(s->k_cache);
     free(s->v_cache);
     free(s->x); free(s->xn); free(s->q); free(s->att); free(s->k); free(s->v);
