@@ -45,6 +45,11 @@ REPS="${REPS:-3}"
 # steady across its repetitions but differs between processes: gerbil Q8_0 tg32 at 1 thread
 # ran 35.3 or 42.4 tok/s (sd < 1) in six launches of the same binary, llama.cpp 26.5-31.2.
 RUNS="${RUNS:-2}"
+# Runs with fewer threads than CPUs are pinned (taskset), run k of both engines to the same CPUs,
+# the next run to the next ones: on these VMs the two vCPUs differ for minutes at a time (a chain
+# of dependent adds ran at 2.4 GHz on one and 3.4 GHz on the other in the same minute), so an
+# unpinned 1-thread process's speed depended on where the scheduler put it. PIN=0: no pinning.
+PIN="${PIN:-1}"
 THREADS="${THREADS:-1 2}"
 FORMATS="${FORMATS:-q4_k_m q8_0 mlx4}"
 # llama-bench runs each load mode given here and the better number counts: reading a file through
@@ -145,12 +150,16 @@ for fmt in $FORMATS; do
     cat "$GF"/model.safetensors "$GF" "$LF" >/dev/null 2>&1 || true   # page cache warm for both
     for t in $THREADS; do
         for k in $(seq "$RUNS"); do
-            echo "== $label, $t thread(s), run $k/$RUNS: llama-bench" >&2
-            timed "$WORK/l$k.json" "$WORK/l$k.rss" "$LLAMA_CPP_BIN/llama-bench" -m "$LF" -p "$P" -n "$N" -t "$t" \
-                -r "$REPS" ${LLAMA_LOAD_MODES:+--load-mode "$LLAMA_LOAD_MODES"} -o json
-            echo "== $label, $t thread(s), run $k/$RUNS: gerbil bench" >&2
-            timed "$WORK/g$k.json" "$WORK/g$k.rss" "$BUILD/gerbil" bench --model "$GF" -p "$P" -n "$N" -t "$t" \
-                -r "$REPS" -c $((P + N)) --json
+            pin=()
+            if [ "$PIN" = 1 ] && [ "$t" -lt "$(nproc)" ] && command -v taskset >/dev/null; then
+                pin=(taskset -c "$(for i in $(seq 0 $((t - 1))); do echo $(( ((k - 1) * t + i) % $(nproc) )); done | paste -sd, -)")
+            fi
+            echo "== $label, $t thread(s), run $k/$RUNS${pin:+ (${pin[*]})}: llama-bench" >&2
+            timed "$WORK/l$k.json" "$WORK/l$k.rss" "${pin[@]}" "$LLAMA_CPP_BIN/llama-bench" -m "$LF" -p "$P" -n "$N" \
+                -t "$t" -r "$REPS" ${LLAMA_LOAD_MODES:+--load-mode "$LLAMA_LOAD_MODES"} -o json
+            echo "== $label, $t thread(s), run $k/$RUNS${pin:+ (${pin[*]})}: gerbil bench" >&2
+            timed "$WORK/g$k.json" "$WORK/g$k.rss" "${pin[@]}" "$BUILD/gerbil" bench --model "$GF" -p "$P" -n "$N" \
+                -t "$t" -r "$REPS" -c $((P + N)) --json
         done
         python3 - "$label" "$t" "$WORK" "$RUNS" "$FBYTES" "$LBYTES" "$KV_BYTES" >>"$ROWS" <<'EOF'
 import json, sys
