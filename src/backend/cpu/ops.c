@@ -10,6 +10,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* y[t][:] += bias (NULL: nothing) for n_tok rows of n_out. */
@@ -273,15 +274,29 @@ static void attention_worker(void *ctx, int ith, int nth) {
 }
 
 #ifdef GERBIL_HAVE_X86
-/* AVX-512, f16 cache: items of attn512_tokens() tokens x one kv head, dealt round-robin
- * (the later tokens see more keys: contiguous ranges would give the last thread most of
- * the work); each item's results do not depend on which thread takes it. */
+struct attn_job {
+    const struct attn_args *a;
+    _Atomic long next;
+};
+
+/* AVX-512, f16 cache: items of attn512_tokens() tokens x one kv head, claimed one at a
+ * time (a thread on a slower CPU takes fewer: on these VMs one vCPU often runs at 70% of
+ * the other's speed), kv head by kv head so a thread's keys and values stay in its L2,
+ * and within one the last tokens (the most keys) first so the light items come last.
+ * Dealt round-robin instead, a 512-token prompt's attention (Qwen3-0.6B layer, 2 threads,
+ * same process) took 8.9 ms against 7.3. Each item's results do not depend on which
+ * thread takes it. */
 static void attention_worker512(void *ctx, int ith, int nth) {
-    const struct attn_args *a = ctx;
+    (void)ith;
+    (void)nth;
+    struct attn_job *j = ctx;
+    const struct attn_args *a = j->a;
     const int tq = attn512_tokens(a->n_head / a->n_head_kv);
-    const long n_items = (long)((a->n_tok + tq - 1) / tq) * a->n_head_kv;
-    for (long item = ith; item < n_items; item += nth) {
-        int t0 = (int)(item / a->n_head_kv) * tq, kvh = (int)(item % a->n_head_kv);
+    const long n_chunks = (a->n_tok + tq - 1) / tq, n_items = n_chunks * a->n_head_kv;
+    for (;;) {
+        long item = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (item >= n_items) return;
+        int t0 = (int)(n_chunks - 1 - item % n_chunks) * tq, kvh = (int)(item / n_chunks);
         attn_item_f16_avx512(a, t0, a->n_tok - t0 < tq ? a->n_tok - t0 : tq, kvh);
     }
 }
@@ -290,7 +305,9 @@ static void attention_worker512(void *ctx, int ith, int nth) {
 void op_attention(struct backend *be, const struct attn_args *a) {
 #ifdef GERBIL_HAVE_X86
     if (attn512_fits(a) && qmatmul_has_avx512()) {
-        tp_run(be->tp, attention_worker512, (void *)a);
+        struct attn_job j = {.a = a};
+        atomic_init(&j.next, 0);
+        tp_run(be->tp, attention_worker512, &j);
         return;
     }
 #endif
