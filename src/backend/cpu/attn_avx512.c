@@ -27,6 +27,7 @@ enum {
     KB = 64,      /* keys per block */
     KT_MIN_Q = 8, /* queries per item from which the keys are transposed (scores_kt) */
 };
+#define UNROLL _Pragma("GCC unroll 8")
 #ifndef ATTN_PF_J
 #define ATTN_PF_J 8 /* key rows prefetched ahead in decode (scores_rows) */
 #endif
@@ -49,24 +50,58 @@ static inline __m512 exp_neg(__m512 x) {
 
 static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
-/* o[i] += sum_j sc[i][j - jb] v_j for the nq queries, QB at a time (rows past nq have
- * weights 0 and write nowhere); per query the same FMAs in the same order for any QB. */
-static inline __attribute__((always_inline)) void pv_block(int QB, int nq, float *const *o, float (*sc)[KB],
-                                                           const uint16_t *vb, int kv_width, int jb, int je, int nc,
-                                                           const float *dummy) {
-    for (int i0 = 0; i0 < nq; i0 += QB) {
-        for (int c = 0; c < nc; c++) {
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int k = 0; k < QB; k++) acc[k] = _mm512_loadu_ps(i0 + k < nq ? o[i0 + k] + 16 * c : dummy);
-            for (int j = jb; j < je; j++) {
-                __m512 v = load_h16(vb + (size_t)j * kv_width + 16 * c);
-#pragma GCC unroll 16
-                for (int k = 0; k < QB; k++) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(sc[i0 + k][j - jb]), v, acc[k]);
+/* o[i] += sum_j sc[i][j - jb] v_j over the keys [jb, je) for the nq queries: tiles of
+ * PV_R queries x PV_C chunks of 16 dims held in registers, so each key's value chunks
+ * (converted from f16 once per tile) and weights (one broadcast per query) feed PV_R x
+ * PV_C FMAs; per query and dim the same FMAs in the same order (over j) for any tile. */
+#ifndef PV_R
+#define PV_R 4
+#endif
+enum { PV_C = 4 };
+
+static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *const *o, float (*sc)[KB],
+                                                          const uint16_t *vb, int kv_width, int jb, int je) {
+    __m512 acc[PV_R][PV_C];
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_loadu_ps(o[r] + 16 * c);
+    for (int j = jb; j < je; j++) {
+        __m512 v[PV_C];
+        UNROLL for (int c = 0; c < C; c++) v[c] = load_h16(vb + (size_t)j * kv_width + 16 * c);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512 p = _mm512_set1_ps(sc[r][j - jb]);
+            UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(p, v[c], acc[r][c]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int c = 0; c < C; c++) _mm512_storeu_ps(o[r] + 16 * c, acc[r][c]);
+}
+
+static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *vb, int kv_width, int jb, int je,
+                     int nc) {
+    for (int c0 = 0; c0 < nc; c0 += PV_C) {
+        float *oc[ATTN512_MAX_Q];
+        for (int i = 0; i < nq; i++) oc[i] = o[i] + 16 * c0;
+        const uint16_t *vc = vb + 16 * c0;
+        for (int i0 = 0; i0 < nq; i0 += PV_R) {
+            int R = nq - i0 < PV_R ? nq - i0 : PV_R;
+            if (nc - c0 < PV_C) { /* head_dim not a multiple of 64: one chunk at a time */
+                for (int c = 0; c < nc - c0; c++) {
+                    float *oq[PV_R];
+                    for (int r = 0; r < R; r++) oq[r] = oc[i0 + r] + 16 * c;
+                    for (int r = 0; r < R; r++) pv_tile(1, 1, oq + r, sc + i0 + r, vc + 16 * c, kv_width, jb, je);
+                }
+                continue;
             }
-#pragma GCC unroll 16
-            for (int k = 0; k < QB; k++)
-                if (i0 + k < nq) _mm512_storeu_ps(o[i0 + k] + 16 * c, acc[k]);
+            switch (R) {
+#if PV_R > 4
+            case 6: pv_tile(6, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            case 5: pv_tile(5, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+#endif
+            case 4: pv_tile(4, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            case 3: pv_tile(3, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            case 2: pv_tile(2, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            default: pv_tile(1, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            }
         }
     }
 }
@@ -103,9 +138,41 @@ static void scores_rows(const struct attn_args *a, int kvh, const float *const *
     }
 }
 
+/* Scores of R queries against the block's transposed keys kt: R x 4 groups of 16 keys in
+ * registers, each kt row loaded once for the R queries (per query the same FMA chain over d
+ * for any R). Keys outside a query's range get -inf. */
+enum { SQ = 4 };
+static inline __attribute__((always_inline)) void scores_tile(int R, const struct attn_args *a, const float *const *q,
+                                                              const int *jlo, const int *jhi, int jb,
+                                                              float (*sc)[KB], float (*kt)[KB]) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 scale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 acc[SQ][KB / 16];
+    UNROLL for (int u = 0; u < R; u++) UNROLL for (int g = 0; g < KB / 16; g++) acc[u][g] = _mm512_setzero_ps();
+    for (int d = 0; d < a->head_dim; d++) {
+        __m512 k[KB / 16];
+        UNROLL for (int g = 0; g < KB / 16; g++) {
+            k[g] = _mm512_load_ps(kt[d] + 16 * g);
+            __asm__("" : "+v"(k[g])); /* one load for the R queries, not one per FMA */
+        }
+        UNROLL for (int u = 0; u < R; u++) {
+            __m512 b = _mm512_set1_ps(q[u][d]);
+            UNROLL for (int g = 0; g < KB / 16; g++) acc[u][g] = _mm512_fmadd_ps(b, k[g], acc[u][g]);
+        }
+    }
+    UNROLL for (int u = 0; u < R; u++) {
+        __m512i lo = _mm512_set1_epi32(jlo[u]), hi = _mm512_set1_epi32(jhi[u]);
+        UNROLL for (int g = 0; g < KB / 16; g++) {
+            __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(jb + 16 * g), iota);
+            __mmask16 in = _mm512_cmp_epi32_mask(jv, lo, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(jv, hi, _MM_CMPINT_LE);
+            _mm512_storeu_ps(sc[u] + 16 * g, _mm512_mask_blend_ps(in, ninf, _mm512_mul_ps(acc[u][g], scale)));
+        }
+    }
+}
+
 /* The same with the block's keys transposed once (kt[d][j - jb], 16 x 16 at a time), so
- * 16 keys' scores are one FMA chain over d per query with no horizontal sums: 2 queries
- * x 4 groups of 16 keys = 8 chains in flight. Keys past je are zeros and masked. */
+ * 16 keys' scores are one FMA chain over d per query with no horizontal sums, SQ queries
+ * at a time (scores_tile). Keys past je are zeros and masked. */
 static void scores_kt(const struct attn_args *a, int kvh, const float *const *q, int nq, const int *jlo,
                       const int *jhi, int jb, int je, float (*sc)[KB], float (*kt)[KB]) {
     const int hd = a->head_dim, nc = hd / 16, kv_width = a->n_head_kv * hd;
@@ -120,28 +187,12 @@ static void scores_kt(const struct attn_args *a, int kvh, const float *const *q,
             transpose16_epi32(v);
             for (int d = 0; d < 16; d++) _mm512_store_ps(kt[16 * c + d] + 16 * g, _mm512_castsi512_ps(v[d]));
         }
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512 scale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
-    for (int i0 = 0; i0 < nq; i0 += 2) {
-        const float *q0 = q[i0], *q1 = i0 + 1 < nq ? q[i0 + 1] : q[i0];
-        __m512 acc[2][KB / 16];
-        for (int g = 0; g < KB / 16; g++) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            __m512 b0 = _mm512_set1_ps(q0[d]), b1 = _mm512_set1_ps(q1[d]);
-#pragma GCC unroll 4
-            for (int g = 0; g < KB / 16; g++) {
-                __m512 k = _mm512_load_ps(kt[d] + 16 * g);
-                acc[0][g] = _mm512_fmadd_ps(b0, k, acc[0][g]);
-                acc[1][g] = _mm512_fmadd_ps(b1, k, acc[1][g]);
-            }
-        }
-        for (int u = 0; u < 2 && i0 + u < nq; u++) {
-            __m512i lo = _mm512_set1_epi32(jlo[i0 + u]), hi = _mm512_set1_epi32(jhi[i0 + u]);
-            for (int g = 0; g < KB / 16; g++) {
-                __m512i jv = _mm512_add_epi32(_mm512_set1_epi32(jb + 16 * g), iota);
-                __mmask16 in = _mm512_cmp_epi32_mask(jv, lo, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(jv, hi, _MM_CMPINT_LE);
-                _mm512_storeu_ps(sc[i0 + u] + 16 * g, _mm512_mask_blend_ps(in, ninf, _mm512_mul_ps(acc[u][g], scale)));
-            }
+    for (int i0 = 0; i0 < nq; i0 += SQ) {
+        switch (nq - i0 < SQ ? nq - i0 : SQ) {
+        case 4: scores_tile(4, a, q + i0, jlo + i0, jhi + i0, jb, sc + i0, kt); break;
+        case 3: scores_tile(3, a, q + i0, jlo + i0, jhi + i0, jb, sc + i0, kt); break;
+        case 2: scores_tile(2, a, q + i0, jlo + i0, jhi + i0, jb, sc + i0, kt); break;
+        default: scores_tile(1, a, q + i0, jlo + i0, jhi + i0, jb, sc + i0, kt); break;
         }
     }
 }
@@ -153,10 +204,9 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     const float *q[ATTN512_MAX_Q];
     float *o[ATTN512_MAX_Q], m[ATTN512_MAX_Q], l[ATTN512_MAX_Q];
     int jlo[ATTN512_MAX_Q], jhi[ATTN512_MAX_Q];
-    float sc[ATTN512_MAX_Q][KB], dummy[16];
+    float sc[ATTN512_MAX_Q][KB];
     _Alignas(64) float kt[ATTN512_MAX_HD][KB];
-    int lo = 1 << 30, hi = -1, nqb = (nq + 15) / 16 * 16; /* pv_block reads whole QB rows of sc */
-    for (int d = 0; d < 16; d++) dummy[d] = 0.0f;
+    int lo = 1 << 30, hi = -1;
     for (int i = 0; i < nq; i++) {
         int t = t0 + i / group, h = kvh * group + i % group, pos = a->pos0 + t;
         q[i] = a->q + ((size_t)t * a->n_head + h) * hd;
@@ -165,7 +215,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
         jlo[i] = (a->window > 0 && pos - a->window + 1 > 0) ? pos - a->window + 1 : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
-        for (int d = 0; d < hd; d++) o[i][d] = 0.0f;
+        for (int c = 0; c < nc; c++) _mm512_storeu_ps(o[i] + 16 * c, _mm512_setzero_ps());
         if (jlo[i] < lo) lo = jlo[i];
         if (jhi[i] > hi) hi = jhi[i];
     }
@@ -175,8 +225,8 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
         if (nq >= KT_MIN_Q) scores_kt(a, kvh, q, nq, jlo, jhi, jb, je, sc, kt);
         else scores_rows(a, kvh, q, nq, jlo, jhi, jb, je, sc);
         /* online softmax: rescale what came before, turn scores into weights */
-        for (int i = 0; i < nqb; i++) {
-            if (i >= nq || je - 1 < jlo[i] || jb > jhi[i]) { /* no key here: weights 0 (add nothing) */
+        for (int i = 0; i < nq; i++) {
+            if (je - 1 < jlo[i] || jb > jhi[i]) { /* no key here: weights 0 (add nothing) */
                 for (int j = 0; j < KB; j++) sc[i][j] = 0.0f;
                 continue;
             }
@@ -206,12 +256,8 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             l[i] += _mm512_reduce_add_ps(sv);
             m[i] = mn;
         }
-        /* out += p v: 16 dims of QB queries in registers, each value row converted once */
-        const uint16_t *vb = vc + (size_t)kvh * hd;
-        if (nq <= 2) pv_block(2, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
-        else if (nq <= 4) pv_block(4, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
-        else if (nq <= 8) pv_block(8, nq, o, sc, vb, kv_width, jb, je, nc, dummy);
-        else pv_block(16, nq, o, sc, vb, kv_width, jb, je, nc, dummy); /* each value row converted nq / 16 times */
+        /* out += p v */
+        pv_block(nq, o, sc, vc + (size_t)kvh * hd, kv_width, jb, je, nc);
     }
     for (int i = 0; i < nq; i++) {
         __m512 inv = _mm512_set1_ps(1.0f / l[i]);
