@@ -274,17 +274,19 @@ static void check_activation_ops(threadpool_t *const pools[3]) {
 static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_head, int n_head_kv, int hd,
                             int window) {
     int n_ctx = pos0 + n_tok, kvw = n_head_kv * hd, qw = n_head * hd, group = n_head / n_head_kv;
-    uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvw), *vc = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvw);
-    for (int i = 0; i < n_ctx * kvw; i++) {
-        kc[i] = f32_to_f16(test_rand_f(&rng));
-        vc[i] = f32_to_f16(test_rand_f(&rng));
-    }
+    /* the session's layout: per position a K row, a V row (and here 16 NaNs, which must
+     * never be read), kvs elements apart */
+    int kvs = 2 * kvw + 16;
+    uint16_t *cache = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvs), *kc = cache, *vc = cache + kvw;
+    for (int j = 0; j < n_ctx; j++)
+        for (int i = 0; i < kvs; i++)
+            cache[(size_t)j * kvs + i] = i < 2 * kvw ? f32_to_f16(test_rand_f(&rng)) : 0x7e00;
     float *q = malloc(sizeof(float) * (size_t)n_tok * qw), *scratch = malloc(sizeof(float) * 3 * (size_t)n_ctx);
     for (int i = 0; i < n_tok * qw; i++) q[i] = 3.0f * test_rand_f(&rng);
     float *out[4];
     for (int p = 0; p < 4; p++) out[p] = poisoned((size_t)n_tok * qw);
     struct attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .kv_type = GB_TYPE_F16, .n_tok = n_tok, .pos0 = pos0,
-                          .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = window,
+                          .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = window, .kv_stride = kvs,
                           .scale = 1.0f / sqrtf((float)hd), .scratch = scratch, .scratch_stride = n_ctx};
     for (int p = 0; p < 3; p++) {
         struct backend be = {.tp = pools[p]};
@@ -309,14 +311,14 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
             double mx = -1e300, sum = 0.0;
             for (int j = j0; j <= pos; j++) {
                 double s = 0.0;
-                for (int d = 0; d < hd; d++) s += (double)qv[d] * f16_to_f32(kc[(size_t)j * kvw + (size_t)kvh * hd + d]);
+                for (int d = 0; d < hd; d++) s += (double)qv[d] * f16_to_f32(kc[(size_t)j * kvs + (size_t)kvh * hd + d]);
                 sc[j] = s * (double)a.scale;
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = j0; j <= pos; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
             for (int d = 0; d < hd; d++) {
                 double o = 0.0;
-                for (int j = j0; j <= pos; j++) o += sc[j] / sum * f16_to_f32(vc[(size_t)j * kvw + (size_t)kvh * hd + d]);
+                for (int j = j0; j <= pos; j++) o += sc[j] / sum * f16_to_f32(vc[(size_t)j * kvs + (size_t)kvh * hd + d]);
                 for (int p = 0; p < 4; p += 3) { /* the batch and the one-by-one run */
                     float got = out[p][(size_t)t * qw + (size_t)h * hd + d];
                     if (!(fabs(got - o) <= 2e-5) && bad++ < 3)
@@ -331,7 +333,7 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
     CHECKF(memcmp(out[0], out[1], ny) == 0 && memcmp(out[0], out[2], ny) == 0,
            "attention n_tok %d hd %d window %d: results depend on the thread count", n_tok, hd, window);
     for (int p = 0; p < 4; p++) free(out[p]);
-    free(kc); free(vc); free(q); free(scratch); free(sc);
+    free(cache); free(q); free(scratch); free(sc);
 }
 
 int main(int argc, char **argv) {
@@ -374,12 +376,17 @@ int main(int argc, char **argv) {
     check_sumsq(13);
     check_sumsq(3);
     check_f16_row(13);
-    check_attention(pools, 1, 0, 2, 1, 16, 0);
-    check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */
-    check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */
-    check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: 2 tokens per item, 6 queries */
-    check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: one token per item */
-    check_attention(pools, 3, 3, 8, 8, 32, 2);
+    /* both attention paths where the CPU has AVX-512: the second pass has it switched off */
+    for (int off = 0; off <= qmatmul_has_avx512(); off++) {
+        qmatmul_disable_avx512(off);
+        check_attention(pools, 1, 0, 2, 1, 16, 0);
+        check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */
+        check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */
+        check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: 2 tokens per item, 6 queries */
+        check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: one token per item */
+        check_attention(pools, 3, 3, 8, 8, 32, 2);
+    }
+    qmatmul_disable_avx512(0);
 
     /* The forced reference path through matmul is matmul_ref, threaded. */
     cpu_force_ref(1);

@@ -70,17 +70,20 @@ void op_rope_interleaved(struct backend *be, float *x, const int32_t *pos, const
 struct attn_args {
     const float *q;
     float *out;
-    const void *k_cache, *v_cache;
+    const void *k_cache, *v_cache; /* position j's row of kv head h at j * kv_stride + h * head_dim */
     enum gb_type kv_type;
     int n_tok, pos0, n_head, n_head_kv, head_dim, window;
+    int kv_stride;                 /* elements from one position's row to the next (>= n_head_kv * head_dim) */
     float scale;
     float *scratch;
     int scratch_stride;
 };
 void op_attention(struct backend *be, const struct attn_args *a);
 
-/* Store rows [n_tok][width] of f32 into the cache at row pos0 (f16 or f32). */
-void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width);
+/* Store rows [n_tok][width] of f32 into the cache (f16 or f32) as rows pos0.. of stride
+ * elements each. */
+void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width,
+                 int stride);
 
 /* ---- recurrent layers (src/backend/cpu/recurrent.c) ---- */
 

@@ -237,12 +237,12 @@ static void attention_block(struct gerbil_session *s, int l, int n, const float 
     const float *inv_freq = local ? s->inv_freq_local : s->inv_freq;
     rope(be, s->q, s->pos, inv_freq, rope_scale[local], n, c->n_head, hd, rc->n_dims);
     rope(be, s->k, s->pos, inv_freq, rope_scale[local], n, c->n_head_kv, hd, rc->n_dims);
-    op_kv_store(be, s->k_cache[l], s->kv_type, s->k, pos0, n, KV);  /* cache k, v */
-    op_kv_store(be, s->v_cache[l], s->kv_type, s->v, pos0, n, KV);
+    op_kv_store(be, s->k_cache[l], s->kv_type, s->k, pos0, n, KV, s->kv_stride);  /* cache k, v */
+    op_kv_store(be, s->v_cache[l], s->kv_type, s->v, pos0, n, KV, s->kv_stride);
     struct attn_args aa = {
         .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
         .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
-        .n_head_kv = c->n_head_kv, .head_dim = hd,
+        .n_head_kv = c->n_head_kv, .head_dim = hd, .kv_stride = s->kv_stride,
         .window = c->layer_sliding[l] ? c->sliding_window : 0,
         .scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd),
         .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,

@@ -308,14 +308,16 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
     s->k_cache = calloc(n_layer, sizeof(void *));
     s->v_cache = calloc(n_layer, sizeof(void *));
     int ok = s->k_cache && s->v_cache;
-    /* One anonymous mapping for every layer's K and V, in 2 MiB pages where transparent huge
-     * pages are "madvise" (a hint): each token's attention reads a 256-byte row per position
-     * and kv head, 2 KiB apart, which with 4 KiB pages was a TLB miss every other position.
-     * Measured (Qwen3-0.6B MLX 4-bit, tg128, 1 thread, perf): attention 5.6-7.4% of the
-     * decode profile -> 3.2-4.0%, the cache store 1.3% -> 0.15%. Pages of context never
-     * reached are never touched, so never resident (in 2 MiB steps per layer). */
-    const size_t per = (size_t)n_ctx * KV * elt; /* one layer's K (or V) */
-    s->kv_bytes = (size_t)n_ctx * kv_bytes_per_token(c, elt);
+    /* One anonymous mapping, position-major: position j's rows of every attention layer's K
+     * and V together, so the cache grows with the positions used, in 2 MiB pages where
+     * transparent huge pages are "madvise" (a hint). Each token's attention reads a 256-byte
+     * row per position and kv head; with 4 KiB pages and one region per layer that was a
+     * TLB miss every other position. Measured (Qwen3-0.6B MLX 4-bit, tg128, 1 thread, perf):
+     * attention 5.6-7.4% of the decode profile -> 3.2-4.0%, the cache store 1.3% -> 0.15%.
+     * Pages of context never reached are never touched, so never resident. */
+    const size_t row = kv_bytes_per_token(c, elt);
+    s->kv_bytes = (size_t)n_ctx * row;
+    s->kv_stride = (int)(row / elt);
     if (ok && s->kv_bytes) {
         void *kv = mmap(NULL, s->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         ok = kv != MAP_FAILED;
@@ -327,8 +329,8 @@ gerbil_status gerbil_session_new(gerbil_model_t m, const gerbil_session_params *
         for (int l = 0; ok && l < c->n_layer; l++) {
             if (c->layer_kind[l] != LAYER_ATTENTION) continue;
             s->k_cache[l] = p;
-            s->v_cache[l] = p + per;
-            p += 2 * per;
+            s->v_cache[l] = p + KV * elt;
+            p += 2 * KV * elt;
         }
     }
     ok = ok && recurrent_alloc(s) == 0 && moe_alloc(s) == 0;
@@ -399,16 +401,11 @@ void gerbil_session_truncate(gerbil_session_t s, int n) {
 }
 
 gerbil_status gerbil_session_copy(gerbil_session_t dst, gerbil_session_t src) {
-    const struct model_config *c = &src->model->cfg;
     if (dst->model != src->model || dst->n_ctx < src->n_past || dst->kv_type != src->kv_type)
         return err_set(GERBIL_ERR_INVALID_ARG, "session copy needs the same model and kv type and room for %d tokens",
                        src->n_past);
-    const size_t row = (size_t)c->n_head_kv * c->head_dim * type_traits(src->kv_type)->type_size;
-    for (int l = 0; l < c->n_layer; l++) {
-        if (!src->k_cache[l]) continue;
-        memcpy(dst->k_cache[l], src->k_cache[l], row * (size_t)src->n_past);
-        memcpy(dst->v_cache[l], src->v_cache[l], row * (size_t)src->n_past);
-    }
+    /* the same model and kv type: the same position rows */
+    if (src->kv_mem) memcpy(dst->kv_mem, src->kv_mem, src->kv_bytes / (size_t)src->n_ctx * (size_t)src->n_past);
     if (src->rstate) {
         memcpy(dst->rstate, src->rstate, src->rstate_floats * sizeof(float));
         memcpy(dst->ckpt, src->ckpt, src->rstate_floats * sizeof(float));

@@ -60,13 +60,13 @@ static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256
 enum { PV_C = 4 };
 
 static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *const *o, float (*sc)[KB],
-                                                          const uint16_t *vb, int kv_width, int jb, int je) {
+                                                          const uint16_t *vb, int kv_stride, int jb, int je) {
     __m512 acc[PV_R][PV_C];
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_loadu_ps(o[r] + 16 * c);
     for (int j = jb; j < je; j++) {
         __m512 v[PV_C];
-        UNROLL for (int c = 0; c < C; c++) v[c] = load_h16(vb + (size_t)j * kv_width + 16 * c);
+        UNROLL for (int c = 0; c < C; c++) v[c] = load_h16(vb + (size_t)j * kv_stride + 16 * c);
         UNROLL for (int r = 0; r < R; r++) {
             __m512 p = _mm512_set1_ps(sc[r][j - jb]);
             UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(p, v[c], acc[r][c]);
@@ -76,7 +76,7 @@ static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *c
         UNROLL for (int c = 0; c < C; c++) _mm512_storeu_ps(o[r] + 16 * c, acc[r][c]);
 }
 
-static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *vb, int kv_width, int jb, int je,
+static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *vb, int kv_stride, int jb, int je,
                      int nc) {
     for (int c0 = 0; c0 < nc; c0 += PV_C) {
         float *oc[ATTN512_MAX_Q];
@@ -88,19 +88,19 @@ static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *v
                 for (int c = 0; c < nc - c0; c++) {
                     float *oq[PV_R];
                     for (int r = 0; r < R; r++) oq[r] = oc[i0 + r] + 16 * c;
-                    for (int r = 0; r < R; r++) pv_tile(1, 1, oq + r, sc + i0 + r, vc + 16 * c, kv_width, jb, je);
+                    for (int r = 0; r < R; r++) pv_tile(1, 1, oq + r, sc + i0 + r, vc + 16 * c, kv_stride, jb, je);
                 }
                 continue;
             }
             switch (R) {
 #if PV_R > 4
-            case 6: pv_tile(6, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
-            case 5: pv_tile(5, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            case 6: pv_tile(6, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
+            case 5: pv_tile(5, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
 #endif
-            case 4: pv_tile(4, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
-            case 3: pv_tile(3, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
-            case 2: pv_tile(2, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
-            default: pv_tile(1, PV_C, oc + i0, sc + i0, vc, kv_width, jb, je); break;
+            case 4: pv_tile(4, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
+            case 3: pv_tile(3, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
+            case 2: pv_tile(2, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
+            default: pv_tile(1, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
             }
         }
     }
@@ -110,19 +110,19 @@ static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *v
  * once, then a dot product and a horizontal sum per query (decode: few queries). */
 static void scores_rows(const struct attn_args *a, int kvh, const float *const *q, int nq, const int *jlo,
                         const int *jhi, int jb, int je, float (*sc)[KB]) {
-    const int hd = a->head_dim, nc = hd / 16, kv_width = a->n_head_kv * hd;
+    const int hd = a->head_dim, nc = hd / 16, kv_stride = a->kv_stride;
     float kf[ATTN512_MAX_HD];
     const uint16_t *vc = (const uint16_t *)a->v_cache;
     for (int j = jb; j < je; j++) {
-        const uint16_t *k = (const uint16_t *)a->k_cache + (size_t)j * kv_width + (size_t)kvh * hd;
+        const uint16_t *k = (const uint16_t *)a->k_cache + (size_t)j * kv_stride + (size_t)kvh * hd;
         /* The cache rows come from DRAM in decode (the weights streamed since the last
          * layer evicted them), a latency per row: fetch the key row ATTN_PF_J ahead and
          * this value row, whose p v pass comes after the block (tg128, 1 thread: attention
          * 7.4% of the decode profile, all on the two f16 loads, before this) */
         if (j + ATTN_PF_J < a->pos0 + a->n_tok) /* rows up to the last token are stored */
-            for (int c = 0; c < hd; c += 32) _mm_prefetch((const char *)(k + (size_t)ATTN_PF_J * kv_width + c), _MM_HINT_T0);
+            for (int c = 0; c < hd; c += 32) _mm_prefetch((const char *)(k + (size_t)ATTN_PF_J * kv_stride + c), _MM_HINT_T0);
         for (int c = 0; c < hd; c += 32)
-            _mm_prefetch((const char *)(vc + (size_t)j * kv_width + (size_t)kvh * hd + c), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vc + (size_t)j * kv_stride + (size_t)kvh * hd + c), _MM_HINT_T0);
         for (int c = 0; c < nc; c++) _mm512_storeu_ps(kf + 16 * c, load_h16(k + 16 * c)); /* once for all */
         for (int i = 0; i < nq; i++) {
             if (j < jlo[i] || j > jhi[i]) { sc[i][j - jb] = -INFINITY; continue; }
@@ -175,13 +175,13 @@ static inline __attribute__((always_inline)) void scores_tile(int R, const struc
  * at a time (scores_tile). Keys past je are zeros and masked. */
 static void scores_kt(const struct attn_args *a, int kvh, const float *const *q, int nq, const int *jlo,
                       const int *jhi, int jb, int je, float (*sc)[KB], float (*kt)[KB]) {
-    const int hd = a->head_dim, nc = hd / 16, kv_width = a->n_head_kv * hd;
+    const int hd = a->head_dim, nc = hd / 16, kv_stride = a->kv_stride;
     for (int g = 0; g < KB / 16; g++)
         for (int c = 0; c < nc; c++) {
             __m512i v[16];
             for (int r = 0; r < 16; r++) {
                 int j = jb + 16 * g + r;
-                v[r] = j < je ? _mm512_castps_si512(load_h16((const uint16_t *)a->k_cache + (size_t)j * kv_width + (size_t)kvh * hd + 16 * c))
+                v[r] = j < je ? _mm512_castps_si512(load_h16((const uint16_t *)a->k_cache + (size_t)j * kv_stride + (size_t)kvh * hd + 16 * c))
                               : _mm512_setzero_si512();
             }
             transpose16_epi32(v);
@@ -199,7 +199,7 @@ static void scores_kt(const struct attn_args *a, int kvh, const float *const *q,
 
 void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     const int group = a->n_head / a->n_head_kv, hd = a->head_dim, nc = hd / 16;
-    const int kv_width = a->n_head_kv * hd, nq = nt * group;
+    const int kv_stride = a->kv_stride, nq = nt * group;
     const uint16_t *vc = a->v_cache;
     const float *q[ATTN512_MAX_Q];
     float *o[ATTN512_MAX_Q], m[ATTN512_MAX_Q], l[ATTN512_MAX_Q];
@@ -257,7 +257,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             m[i] = mn;
         }
         /* out += p v */
-        pv_block(nq, o, sc, vc + (size_t)kvh * hd, kv_width, jb, je, nc);
+        pv_block(nq, o, sc, vc + (size_t)kvh * hd, kv_stride, jb, je, nc);
     }
     for (int i = 0; i < nq; i++) {
         __m512 inv = _mm512_set1_ps(1.0f / l[i]);

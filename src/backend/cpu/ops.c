@@ -223,26 +223,31 @@ struct kv_args {
     void *dst; /* the cache at row pos0 */
     const float *x;
     enum gb_type kv_type;
+    int width, stride;
 };
 
-static void kv_range(void *p, long lo, long hi) { /* elements lo .. hi - 1 */
+static void kv_range(void *p, long lo, long hi) { /* rows lo .. hi - 1 */
     const struct kv_args *a = p;
-    if (a->kv_type == GB_TYPE_F32) memcpy((float *)a->dst + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
-    else f32_to_f16_row((uint16_t *)a->dst + lo, a->x + lo, hi - lo);
+    for (long t = lo; t < hi; t++) {
+        const float *x = a->x + (size_t)t * a->width;
+        if (a->kv_type == GB_TYPE_F32) memcpy((float *)a->dst + (size_t)t * a->stride, x, (size_t)a->width * sizeof(float));
+        else f32_to_f16_row((uint16_t *)a->dst + (size_t)t * a->stride, x, a->width);
+    }
 }
 
-void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width) {
-    const size_t off = (size_t)pos0 * width;
+void op_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const float *x, int pos0, int n_tok, int width,
+                 int stride) {
+    const size_t off = (size_t)pos0 * stride;
     struct kv_args a = {.dst = kv_type == GB_TYPE_F32 ? (void *)((float *)cache + off) : (void *)((uint16_t *)cache + off),
-                        .x = x, .kv_type = kv_type};
-    parallel_range(be, (long)n_tok * width, 1, kv_range, &a);
+                        .x = x, .kv_type = kv_type, .width = width, .stride = stride};
+    parallel_range(be, n_tok, width, kv_range, &a);
 }
 
 /* One (token, head) pair per work item: scores, softmax, weighted sum of values. */
 static void attention_worker(void *ctx, int ith, int nth) {
     const struct attn_args *a = ctx;
     const int group = a->n_head / a->n_head_kv, hd = a->head_dim;
-    const int kv_width = a->n_head_kv * hd;
+    const int kv_stride = a->kv_stride;
     float *sc = a->scratch + (size_t)ith * a->scratch_stride;
     long lo, hi;
     tp_range((long)a->n_tok * a->n_head, ith, nth, &lo, &hi);
@@ -254,7 +259,7 @@ static void attention_worker(void *ctx, int ith, int nth) {
         float *out = a->out + ((size_t)t * a->n_head + h) * hd;
         float mx = -FLT_MAX;
         for (int j = j0; j <= pos; j++) {
-            size_t off = (size_t)j * kv_width + (size_t)kvh * hd;
+            size_t off = (size_t)j * kv_stride + (size_t)kvh * hd;
             float s = a->kv_type == GB_TYPE_F16 ? dot_f32_f16(q, (const uint16_t *)a->k_cache + off, hd)
                                                 : dot_f32(q, (const float *)a->k_cache + off, hd);
             s *= a->scale;
@@ -266,7 +271,7 @@ static void attention_worker(void *ctx, int ith, int nth) {
         const float inv = 1.0f / sum;
         memset(out, 0, (size_t)hd * sizeof(float));
         for (int j = j0; j <= pos; j++) {
-            size_t off = (size_t)j * kv_width + (size_t)kvh * hd;
+            size_t off = (size_t)j * kv_stride + (size_t)kvh * hd;
             if (a->kv_type == GB_TYPE_F16) axpy_f16(out, sc[j] * inv, (const uint16_t *)a->v_cache + off, hd);
             else axpy_f32(out, sc[j] * inv, (const float *)a->v_cache + off, hd);
         }
