@@ -27,8 +27,8 @@ void op_matmul(struct backend *be, float *y, const float *x, const struct gb_wei
 void op_matmul_multi(struct backend *be, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                      const float *const *bias, int n_tok);
 /* Whether this machine's matmul reads w faster rearranged in place (the same bytes, moved
- * within rows; w->packed records it), and the rearrangement: w's data must be writable and
- * not yet shared with another weight. */
+ * within groups of 4 rows; w->packed records it), and the rearrangement: w's data must be
+ * writable and not yet shared with another weight. */
 int op_weight_wants_pack(const struct gb_weight *w);
 void op_weight_pack(struct gb_weight *w);
 /* Scratch op_matmul needs for w with up to n_tok rows. */

@@ -193,15 +193,16 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
     return GERBIL_OK;
 }
 
-/* Rearrange t's data for the kernels where they want it and the data is the loader's own
- * copy (not the file's pages). Once per tensor: a tied embedding binds it twice. */
-static void pack(const struct gb_tensor *t, struct gb_weight *w) {
+/* Rearrange t's data, the n matrices w[0 .. n) (a stack's, or one), each on its own, for
+ * the kernels where they want it and the data is the loader's own copy (not the file's
+ * pages). Once per tensor: a tied embedding binds it twice. */
+static void pack(const struct gb_tensor *t, struct gb_weight *w, int64_t n) {
     struct gb_tensor *mt = (struct gb_tensor *)(uintptr_t)t; /* the checkpoint's own table */
-    if (!mt->packed && mt->in_memory && op_weight_wants_pack(w)) {
-        op_weight_pack(w);
+    if (!mt->packed && mt->in_memory && op_weight_wants_pack(&w[0])) {
+        for (int64_t i = 0; i < n; i++) op_weight_pack(&w[i]);
         mt->packed = 1;
     }
-    w->packed = mt->packed;
+    for (int64_t i = 0; i < n; i++) w[i].packed = mt->packed;
 }
 
 /* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
@@ -247,8 +248,8 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
         .data = t->data, .row_bytes = (size_t)(cols * bits / 8), .bits = bits, .group_size = gs,
         .sb_type = sc->type, .scales = sc->data, .biases = bi->data, .name = t->name,
     };
-    pack(t, &all);
     split_stack(&all, n_mat, rows, out);
+    pack(t, out, n_mat ? n_mat : 1);
     return GERBIL_OK;
 }
 

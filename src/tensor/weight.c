@@ -20,6 +20,7 @@ size_t weight_nbytes(const struct gb_weight *w) {
 
 struct gb_weight weight_rows(const struct gb_weight *w, int64_t r0, int64_t n) {
     GB_ASSERT(r0 >= 0 && n >= 1 && r0 + n <= w->n_out);
+    GB_ASSERT(!w->packed || (r0 % 4 == 0 && (n % 4 == 0 || r0 + n == w->n_out))); /* whole quads */
     struct gb_weight v = *w;
     v.n_out = n;
     if (w->kind == GB_WEIGHT_MLX) {
@@ -36,12 +37,14 @@ struct gb_weight weight_rows(const struct gb_weight *w, int64_t r0, int64_t n) {
 void weight_pack_mlx4(struct gb_weight *w) {
     GB_ASSERT(w->kind == GB_WEIGHT_MLX && w->bits == 4 && !w->packed && w->n_in % 32 == 0);
     size_t nw = (size_t)w->n_in / 8;
-    uint32_t *tmp = malloc(nw * sizeof *tmp);
+    uint32_t *tmp = malloc(4 * nw * sizeof *tmp), *data = (uint32_t *)(uintptr_t)w->data;
     GB_ASSERT(tmp);
-    for (int64_t r = 0; r < w->n_out; r++) {
-        uint32_t *row = (uint32_t *)((char *)(uintptr_t)w->data + (size_t)r * mlx_row_bytes(w));
-        memcpy(tmp, row, nw * sizeof *tmp);
-        for (size_t i = 0; i < nw; i++) row[mlx4_packed_word(i, nw)] = tmp[i];
+    for (int64_t r0 = 0; r0 < w->n_out;) { /* a quad, or one of the last rows */
+        int q = r0 + 4 <= w->n_out ? 4 : 1;
+        memcpy(tmp, data + (size_t)r0 * nw, (size_t)q * nw * sizeof *tmp);
+        for (int ri = 0; ri < q; ri++)
+            for (size_t i = 0; i < nw; i++) data[mlx4_packed_word(w->n_out, nw, r0 + ri, i)] = tmp[(size_t)ri * nw + i];
+        r0 += q;
     }
     free(tmp);
     w->packed = 1;
@@ -54,7 +57,8 @@ void weight_mlx_words(const struct gb_weight *w, int64_t r, size_t w0, size_t k,
         memcpy(out, row + w0, k * sizeof *out);
         return;
     }
-    for (size_t i = 0; i < k; i++) out[i] = row[mlx4_packed_word(w0 + i, nw)];
+    const uint32_t *data = (const uint32_t *)w->data;
+    for (size_t i = 0; i < k; i++) out[i] = data[mlx4_packed_word(w->n_out, nw, r, w0 + i)];
 }
 
 void weight_get_row(const struct gb_weight *w, int64_t r, float *out) {

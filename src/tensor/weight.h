@@ -26,22 +26,26 @@ struct gb_weight {
     int bits, group_size;     /* bits in {2, 3, 4, 6, 8}; group_size in {32, 64, 128} */
     enum gb_type sb_type;     /* type of scales and biases: F32, F16 or BF16 */
     const void *scales, *biases; /* [n_out][n_in / group_size] */
-    /* 4-bit MLX only: 1 when each row's words are in packed order (weight_pack_mlx4), the
-     * order the AVX-512 kernels read; 0 in MLX's own order */
+    /* 4-bit MLX only: 1 when the words are in packed order (weight_pack_mlx4), the order
+     * the AVX-512 kernels read; 0 in MLX's own order */
     int packed;
     const char *name;         /* for messages */
 };
 
-/* Packed order of a row of 4-bit MLX words (8 codes per word, 4 words per block of 32
- * elements): per set of 16 blocks (the last set of a row may have fewer, bs), word j of
- * block m of the set goes to 64 s + j bs + m, so a 64-byte load of the packed row holds
- * one word of each of 16 blocks. Native word i -> packed position, for rows of nw words. */
-static inline size_t mlx4_packed_word(size_t i, size_t nw) {
+/* Packed order of 4-bit MLX words (8 codes per word, 4 words per block of 32 elements),
+ * for n_out rows of nw words. Rows go in quads: rows 4k .. 4k + 3 (while all four exist)
+ * share their 4 nw words, and the last n_out % 4 rows are each a "quad" of one. Per set of
+ * 16 blocks (a row's last set may have fewer, bs), word j of the set's blocks of each row
+ * of the quad in turn: so a 64-byte load holds word j of 16 blocks of one row, and a
+ * kernel taking the quad's 4 rows at once reads one sequential stream. Word i of row r ->
+ * its position from row 0's start. */
+static inline size_t mlx4_packed_word(int64_t n_out, size_t nw, int64_t r, size_t i) {
     size_t s = i / 64, m = i % 64 / 4, j = i % 4, bs = nw - 64 * s >= 64 ? 16 : (nw - 64 * s) / 4;
-    return 64 * s + j * bs + m;
+    size_t q = r < (n_out & ~(int64_t)3) ? 4 : 1, ri = (size_t)r % q; /* rows in the quad, r's place */
+    return ((size_t)r - ri) * nw + q * 64 * s + (q * j + ri) * bs + m;
 }
-/* Put every row of w (4-bit MLX, in MLX's order, data writable) in packed order and set
- * w->packed. */
+/* Put w (4-bit MLX, in MLX's order, data writable) in packed order and set w->packed. A
+ * view of its rows (weight_rows) must start at a multiple of 4. */
 void weight_pack_mlx4(struct gb_weight *w);
 /* Words w0 .. w0 + k - 1 of row r in MLX's order, packed or not. */
 void weight_mlx_words(const struct gb_weight *w, int64_t r, size_t w0, size_t k, uint32_t *out);

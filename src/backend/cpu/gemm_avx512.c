@@ -275,10 +275,11 @@ static void mlx_codes(const struct gb_weight *w, int64_t r, int64_t k0, int n, i
             b = _mm256_loadu_si256((const __m256i *)(codes + 32 * i));
         } else {
             __m128i v;
-            if (w->packed) { /* block b's 4 words: word j at 64 s + j bs + m (tensor/weight.h) */
-                int nb = (int)(w->n_in / 32), b = (int)(k0 / 32) + i, s = b / 16, bs = nb - 16 * s < 16 ? nb - 16 * s : 16;
-                const uint32_t *wb = (const uint32_t *)row + 64 * s + b % 16;
-                v = _mm_set_epi32((int)wb[3 * bs], (int)wb[2 * bs], (int)wb[bs], (int)wb[0]);
+            if (w->packed) { /* block b's 4 words (tensor/weight.h), evenly spaced */
+                const uint32_t *data = (const uint32_t *)w->data;
+                size_t nw = (size_t)w->n_in / 8, b = (size_t)(k0 / 32 + i);
+                size_t p0 = mlx4_packed_word(w->n_out, nw, r, 4 * b), d = mlx4_packed_word(w->n_out, nw, r, 4 * b + 1) - p0;
+                v = _mm_set_epi32((int)data[p0 + 3 * d], (int)data[p0 + 2 * d], (int)data[p0 + d], (int)data[p0]);
             } else {
                 v = _mm_loadu_si128((const __m128i *)(codes + 16 * i));
             }

@@ -78,7 +78,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
 
 /* Whether matmul_w reads w faster with its rows rearranged by qmatmul_pack (for now: MLX
  * 4-bit on CPUs with the AVX-512 kernels), and the rearrangement (weight_pack_mlx4: w's
- * data writable, the same bytes moved within each row). Results of packed weights match
+ * data writable, the same bytes moved within groups of 4 rows). Results of packed weights match
  * the oracle within the same bounds; every path reads them, the fastest by far. */
 int qmatmul_wants_pack(const struct gb_weight *w);
 void qmatmul_pack(struct gb_weight *w);

@@ -684,8 +684,8 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     float *y = j->y + (size_t)u0 * (size_t)w->n_out + o;
 #ifdef GERBIL_HAVE_X86
     if (j->packed) {
-        mlxdot4p_avx512(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz, w->sb_type, (const struct qx512 *)x,
-                        j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
+        mlxdot4p_avx512(n, gs, w->n_out, w->data, w->row_bytes, w->scales, w->biases, (size_t)ng * esz, w->sb_type, o,
+                        nr, (const struct qx512 *)x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
     }
     if (j->x512) {
@@ -850,7 +850,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         row_worker(&j, 0, 1);
     } else {
         j.chunk = row_chunk(w->n_out, nth);
-        if ((j.x512 && !j.packed) || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles */
+        if (j.x512 || j.rows_fn) j.chunk = (j.chunk + 3) & ~3; /* whole 4-row tiles (packed: quads) */
         tp_run(tp, row_worker, &j);
     }
 }
@@ -918,7 +918,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
         j->xq = xq;
         j->xs = xs;
         j->gsum = gsum;
-        j->chunk = row_chunk(w[i]->n_out, nth);
+        j->chunk = (row_chunk(w[i]->n_out, nth) + 3) & ~3; /* whole quads */
         m.first[i + 1] = m.first[i] + (int)((w[i]->n_out + j->chunk - 1) / j->chunk);
     }
     if (nth == 1) multi_worker(&m, 0, 1);

@@ -47,23 +47,24 @@ void mlxdot8_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, cons
                     size_t sbr, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
                     float *y, size_t ldy);
 
-/* 4-bit rows packed at load (tensor/weight.h: per set of 16 blocks of 32 elements, chunk
- * j = word j of each block). x of one token per set of 512 elements: q[j] the bytes of
- * chunk j: the high bytes (signed) of the blocks' even elements, of their odd ones, then
- * the low bytes (unsigned) of each, 64 each, lane m = block m; dv[m] block m's step (the
- * same steps and 16-bit codes as mlx_quant_x_avx512; blocks past n zero). */
+/* 4-bit rows packed at load (tensor/weight.h mlx4_packed_word: per set of 16 blocks of 32
+ * elements, chunk j = word j of each block; rows in quads). x of one token per set of 512
+ * elements: q[j] the bytes of chunk j: the high bytes (signed) of the blocks' even
+ * elements, of their odd ones, then the low bytes (unsigned) of each, 64 each, lane m =
+ * block m; dv[m] block m's step (the same steps and 16-bit codes as mlx_quant_x_avx512;
+ * blocks past n zero). */
 struct qx512 {
     uint8_t q[4][256];
     float dv[16];
 };
 void mlx_quant_x4p_avx512(const float *x, int n, int gs, struct qx512 *out, float *gsum);
-/* nr packed rows (codes rb bytes apart, scales / biases sbr) against nt tokens (xs bytes
- * apart, group sums gstr floats apart): y[u * ldy + r]. Each (row, token) value is
- * computed by the same operations whatever nr and nt are. gs in {32, 64, 128},
- * n % 128 == 0. */
-void mlxdot4p_avx512(int n, int gs, int nr, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
-                     size_t sbr, enum gb_type sbt, const struct qx512 *xq, size_t xs, const float *gsum, size_t gstr,
-                     int nt, float *y, size_t ldy);
+/* Rows o .. o + nr - 1 of a packed weight of n_out rows (codes, scales and biases: the
+ * weight's row 0; rows rb and sbr bytes apart) against nt tokens (xs bytes apart, group
+ * sums gstr floats apart): y[u * ldy + r - o]. Each (row, token) value is computed by the
+ * same operations whatever o, nr and nt are. gs in {32, 64, 128}, n % 128 == 0. */
+void mlxdot4p_avx512(int n, int gs, int64_t n_out, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
+                     size_t sbr, enum gb_type sbt, int o, int nr, const struct qx512 *xq, size_t xs, const float *gsum,
+                     size_t gstr, int nt, float *y, size_t ldy);
 
 /* Q8_0 rows against x quantized to 8-bit blocks of 32 (d = max|x| / 127, as struct
  * qx8), two blocks per struct qx64: qs the codes, negc[m] = -128 * (sum of qs[4m..4m+3]),
