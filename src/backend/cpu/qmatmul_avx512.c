@@ -125,6 +125,23 @@ AI __m512 sb16(const void *p, enum gb_type t, int g0, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* Most tokens of a tile (either layout). */
+enum { TILE_TMAX = 4 };
+
+/* The start of a run of 16 groups (from g0) for R rows x T tokens: each row's scales into
+ * s16[r] (converted once per row and run) and its bias terms (16 biases x 16 group sums of
+ * x per FMA) into acc[r][t]. */
+AI void group_run(int R, int T, int g0, int ng, const char *sc, const char *bi, size_t sbr, enum gb_type sbt,
+                  const float *gsum, size_t gstr, __m512 *s16, __m512 (*acc)[TILE_TMAX]) {
+    __mmask16 m = lanes16(ng - g0);
+    UNROLL for (int r = 0; r < R; r++) {
+        __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
+        s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
+        UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, gsum + (size_t)t * gstr + g0), acc[r][t]);
+    }
+}
+
 AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, size_t rb, const char *sc,
                  const char *bi, size_t sbr, enum gb_type sbt, const char *xq, size_t xs, const float *gsum,
                  size_t gstr, float *y, size_t ldy) {
@@ -136,19 +153,12 @@ AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, si
     __m512i ix1 = _mm512_srli_epi32(_mm512_add_epi32(_mm512_slli_epi32(lane, 2), _mm512_set1_epi32(64)), lg);
     const __m512i step = _mm512_set1_epi32(gpc);
     const __m512i m4 = _mm512_set1_epi16(15), m8 = _mm512_set1_epi16(255);
-    __m512 acc[MR][MT];
+    __m512 acc[MR][TILE_TMAX];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    /* blocks of 16 groups (16 gs / 128 chunks): their scales are loaded and converted once
-     * per row, and their bias terms go in with one FMA per row and token */
+    /* runs of 16 groups (16 gs / 128 chunks) */
     for (int g0 = 0, c = 0; g0 < ng; g0 += 16) {
-        __mmask16 m = lanes16(ng - g0);
         __m512 s16[MR];
-        UNROLL for (int r = 0; r < R; r++) {
-            __m512 b = sb16(bi + (size_t)r * sbr, sbt, g0, m);
-            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, m);
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, gsum + (size_t)t * gstr + g0), acc[r][t]);
-        }
+        group_run(R, T, g0, ng, sc, bi, sbr, sbt, gsum, gstr, s16, acc);
         int c1 = (ng - g0 >= 16 ? g0 + 16 : ng) >> (7 - lg); /* chunk c covers groups c gpc .. */
         __m512i i0 = ix0, i1 = ix1;
         for (; c < c1; c++, i0 = _mm512_add_epi32(i0, step), i1 = _mm512_add_epi32(i1, step)) {
@@ -199,7 +209,7 @@ AI void mlx_tile(int bits, int R, int T, int n, int gs, const uint8_t *codes, si
         _mm512_reduce_add_ps(acc[r][t]);
 }
 
-_Static_assert(MT == 2, "TILE_T");
+_Static_assert(MT == 2 && (int)MT <= (int)TILE_TMAX, "TILE_T");
 #define TILE_T(R)                                                                                         \
     switch (t) {                                                                                          \
     case 2: mlx_tile(bits, R, 2, n, gs, codes, rb, sc, bi, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break; \
@@ -323,7 +333,7 @@ void mlx_quant_x4p_avx512(const float *x, int n, int gs, struct qx512 *out, floa
 #endif
 
 /* Most tokens per pass over a row: each 64-byte load of codes is unpacked once for all. */
-enum { PT = 4, QR = 4 /* rows per quad */ };
+enum { PT = TILE_TMAX, QR = 4 /* rows per quad */ };
 
 /* R rows (R = 1, or a whole quad in decode) x T tokens. codes: the layout's base (the quad's,
  * or the row's for a row outside quads), q rows in the layout (QR or 1), i0 the first row's
@@ -335,18 +345,12 @@ AI void mlx4p_tile(int R, int T, int n, int gs, const uint8_t *codes, int q, int
     int lg = __builtin_ctz((unsigned)gs), ng = n >> lg, nb = n / 32;
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512 acc[QR][PT];
+    __m512 acc[QR][TILE_TMAX];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     /* runs of 16 groups (one scale / bias load each) = gs / 32 sets */
     for (int g0 = 0; g0 < ng; g0 += 16) {
-        __mmask16 gm = lanes16(ng - g0);
         __m512 s16[QR];
-        UNROLL for (int r = 0; r < R; r++) {
-            __m512 b16 = sb16(bi + (size_t)r * sbr, sbt, g0, gm);
-            s16[r] = sb16(sc + (size_t)r * sbr, sbt, g0, gm);
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm512_fmadd_ps(b16, _mm512_maskz_loadu_ps(gm, gsum + (size_t)t * gstr + g0), acc[r][t]);
-        }
+        group_run(R, T, g0, ng, sc, bi, sbr, sbt, gsum, gstr, s16, acc);
         int s0 = (g0 << lg) / 512, s1 = ((g0 + 16) << lg) / 512;
         if (s1 > (nb + 15) / 16) s1 = (nb + 15) / 16;
         for (int s = s0; s < s1; s++) {
