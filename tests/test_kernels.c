@@ -379,11 +379,13 @@ int main(int argc, char **argv) {
     /* both attention paths where the CPU has AVX-512: the second pass has it switched off */
     for (int off = 0; off <= qmatmul_has_avx512(); off++) {
         qmatmul_disable_avx512(off);
+        /* items (AVX-512) of ATTN512_MAX_Q / group tokens: 64 queries */
         check_attention(pools, 1, 0, 2, 1, 16, 0);
-        check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; 3 items of 4 tokens */
+        check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; one item of 9 tokens */
         check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */
-        check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: 2 tokens per item, 6 queries */
-        check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: one token per item */
+        check_attention(pools, 100, 0, 4, 2, 64, 0);  /* items of 32 tokens (64 queries), 32, 32, 4 */
+        check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: items of 21 tokens (63 queries) */
+        check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: items of 4 tokens */
         check_attention(pools, 3, 3, 8, 8, 32, 2);
     }
     qmatmul_disable_avx512(0);
