@@ -51,13 +51,10 @@ static inline __m512 exp_neg(__m512 x) {
 static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* o[i] += sum_j sc[i][j - jb] v_j over the keys [jb, je) for the nq queries: tiles of
- * PV_R queries x PV_C chunks of 16 dims held in registers, so each key's value chunks
- * (converted from f16 once per tile) and weights (one broadcast per query) feed PV_R x
- * PV_C FMAs; per query and dim the same FMAs in the same order (over j) for any tile. */
-#ifndef PV_R
-#define PV_R 4
-#endif
-enum { PV_C = 4 };
+ * PV_R queries x C chunks of 16 dims held in registers, so each key's value chunks
+ * (converted from f16 once per tile) and weights (one broadcast per query) feed PV_R x C
+ * FMAs; per query and dim the same FMAs in the same order (over j) for any tile. */
+enum { PV_R = 4, PV_C = 4 };
 
 static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *const *o, float (*sc)[KB],
                                                           const uint16_t *vb, int kv_stride, int jb, int je) {
@@ -76,32 +73,30 @@ static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *c
         UNROLL for (int c = 0; c < C; c++) _mm512_storeu_ps(o[r] + 16 * c, acc[r][c]);
 }
 
+/* All nq queries over C chunks (o[i] already at the first), PV_R at a time. */
+static inline __attribute__((always_inline)) void pv_rows(int C, int nq, float *const *o, float (*sc)[KB],
+                                                          const uint16_t *vb, int kv_stride, int jb, int je) {
+    for (int i0 = 0; i0 < nq; i0 += PV_R) {
+        switch (nq - i0 < PV_R ? nq - i0 : PV_R) {
+        case 4: pv_tile(4, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
+        case 3: pv_tile(3, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
+        case 2: pv_tile(2, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
+        default: pv_tile(1, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
+        }
+    }
+}
+
 static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *vb, int kv_stride, int jb, int je,
                      int nc) {
-    for (int c0 = 0; c0 < nc; c0 += PV_C) {
+    for (int c0 = 0; c0 < nc;) {
         float *oc[ATTN512_MAX_Q];
         for (int i = 0; i < nq; i++) oc[i] = o[i] + 16 * c0;
-        const uint16_t *vc = vb + 16 * c0;
-        for (int i0 = 0; i0 < nq; i0 += PV_R) {
-            int R = nq - i0 < PV_R ? nq - i0 : PV_R;
-            if (nc - c0 < PV_C) { /* head_dim not a multiple of 64: one chunk at a time */
-                for (int c = 0; c < nc - c0; c++) {
-                    float *oq[PV_R];
-                    for (int r = 0; r < R; r++) oq[r] = oc[i0 + r] + 16 * c;
-                    for (int r = 0; r < R; r++) pv_tile(1, 1, oq + r, sc + i0 + r, vc + 16 * c, kv_stride, jb, je);
-                }
-                continue;
-            }
-            switch (R) {
-#if PV_R > 4
-            case 6: pv_tile(6, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-            case 5: pv_tile(5, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-#endif
-            case 4: pv_tile(4, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-            case 3: pv_tile(3, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-            case 2: pv_tile(2, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-            default: pv_tile(1, PV_C, oc + i0, sc + i0, vc, kv_stride, jb, je); break;
-            }
+        if (nc - c0 >= PV_C) {
+            pv_rows(PV_C, nq, oc, sc, vb + 16 * c0, kv_stride, jb, je);
+            c0 += PV_C;
+        } else { /* head_dim not a multiple of 64: the rest one chunk at a time */
+            pv_rows(1, nq, oc, sc, vb + 16 * c0, kv_stride, jb, je);
+            c0++;
         }
     }
 }
