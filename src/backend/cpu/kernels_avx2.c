@@ -388,10 +388,9 @@ static ALWAYS_INLINE __m256 tanh8(__m256 t) {
     return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.125f), _CMP_LT_OQ));
 }
 
-/* The last n % 8 elements go through the same vector code from a padded copy, so an
- * element's value never depends on whether it fell in the body or the tail. */
-/* y[i] = f8(g, u) over n elements, 8 at a time; the tail through the same vector code,
- * so each element's result is the same wherever a split puts it. */
+/* y[i] = f8(g, u) over n elements, 8 at a time; the last n % 8 through the same vector
+ * code from a padded copy, so an element's value never depends on whether it fell in the
+ * body or the tail (or where a thread split put it). */
 static ALWAYS_INLINE void map2(float *y, const float *g, const float *u, long n, __m256 (*f8)(__m256, __m256)) {
     long i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
