@@ -72,9 +72,8 @@ struct gerbil_session {
     int n_ctx, n_past, n_batch;
     enum gb_type kv_type;
     void **k_cache, **v_cache;        /* [n_layer] -> rows of n_head_kv * head_dim, kv_stride apart */
-    void *kv_mem;                     /* the mapping k_cache and v_cache point into: */
-    size_t kv_bytes;                  /* per position, every attention layer's K and V row */
-    int kv_stride;                    /* elements per position (all those rows) */
+    void *kv_mem;                     /* the mapping they point into, n_ctx positions of: */
+    int kv_stride;                    /* every attention layer's K and V row (elements) */
     float *x, *xn, *q, *k, *v, *att, *gate, *up; /* (n_batch, width) */
     float *attn_scratch;              /* (n_threads, n_ctx) */
     /* recurrent layers: one block holding every layer's conv and delta-rule state, so
