@@ -511,12 +511,14 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
 static void test_gemm(unsigned long long *seed) {
     static const enum gb_type types[] = {GB_TYPE_Q4_K, GB_TYPE_Q6_K, GB_TYPE_Q8_0, GB_TYPE_Q4_0, GB_TYPE_Q5_K,
                                          GB_TYPE_Q2_K, GB_TYPE_Q5_1};
-    /* k-quants: one 256-block, and 2.5 K blocks of 512; the others: half a 256-chunk, and
-     * 2 K blocks + 384 (a 256-chunk and a partial one) */
-    static const int ins_k[] = {256, 1280}, ins[] = {128, 1408}, outs[] = {1, 31, 33, 70};
-    for (size_t a = 0; a < 2; a++)
+    /* k-quants: one 256-block, 5 of them, and a K block of GEMM_KB + one; the others: half a
+     * 256-chunk, 5.5 of them (a partial one at the end), and a K block + 384 */
+    static const int ins_k[] = {256, 1280, GEMM_KB + 256}, ins[] = {128, 1408, GEMM_KB + 384},
+                     outs[] = {1, 31, 33, 70};
+    for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 4; b++) {
             if (a == 1 && (b == 0 || b == 2)) continue; /* the long rows: one panel and a partial second */
+            if (a == 2 && b != 2) continue;             /* rows of two K blocks: two panels, one partial */
             for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
                 gemm_case(types[i], 0, 0, type_traits(types[i])->block_size == QK_K ? ins_k[a] : ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 4, 64, ins[a], outs[b], seed);

@@ -41,7 +41,10 @@
 
 enum {
     PR = 32,       /* rows per panel: two zmm of 16 */
-    KB = 512,      /* k per panel block: 32 KB of panel, L1-resident while every token uses it */
+    KB = GEMM_KB,  /* k per panel block: the whole row up to 4096 (the panel, up to 256 KB, is
+                      read from L2). With 512 (a panel in L1) every token tile started again per
+                      block, its y accumulators stored and reloaded and its x stream restarted:
+                      MLX 4-bit 512 tokens, 2 threads, 455-495 against 515-595 GFLOP/s whole-row */
     TT = GEMM_T,   /* tokens per tile: 24 accumulators (bf16: f32 ones; MLX: int32 ones, its
                       f32 ones, touched once per group, live in memory: bench_qmatmul gemm, 512
                       tokens, 308 against 281 GFLOP/s with 6 tokens and all in registers) */
@@ -357,18 +360,24 @@ AI void tile_mlx(int T, const uint32_t *pan, const float *ps, const float *pb, i
                     xsum + (size_t)t0 * gstr + k0 / gs, gstr, yt, ldy, m0, m1, k0 == 0)                          \
          : tile(n, pan, kn / 2, xt, yt, ldy, m0, m1, k0 == 0))
 
-/* mlx: w is MLX 4/8-bit (pack_mlx, tile_mlx; xd, xsum, gstr used), else bf16 (pack, tile). */
+size_t gemm_panel_bytes(const struct gb_weight *w) {
+    size_t kb = (size_t)(w->n_in < KB ? w->n_in : KB);
+    return kb / 2 * PR * sizeof(uint32_t) + 2 * (kb / 32) * PR * sizeof(float); /* codes, scales + biases */
+}
+
+/* mlx: w is MLX 4/8-bit (pack_mlx, tile_mlx; xd, xsum, gstr used), else bf16 (pack, tile).
+ * scratch: gemm_panel_bytes(w), 64-byte aligned. */
 static void gemm_rows(const struct gb_weight *w, int mlx, int o0, int nr, const uint32_t *xp, const float *xd,
-                      const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy) {
-    _Alignas(64) uint32_t pan[KB / 2 * PR];
-    _Alignas(64) float ps[KB / 32 * PR], pb[KB / 32 * PR];
-    int n_in = (int)w->n_in, gs = mlx ? w->group_size : 0;
+                      const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy, void *scratch) {
+    int n_in = (int)w->n_in, gs = mlx ? w->group_size : 0, kb = n_in < KB ? n_in : KB;
+    uint32_t *pan = scratch;
+    float *ps = (float *)(pan + (size_t)kb / 2 * PR), *pb = ps + (size_t)kb / 32 * PR;
     for (int r0 = 0; r0 < nr; r0 += PR) {
         int pr = nr - r0 < PR ? nr - r0 : PR;
         __mmask16 m0 = (__mmask16)(pr >= 16 ? 0xffff : (1u << pr) - 1u);
         __mmask16 m1 = (__mmask16)(pr >= 32 ? 0xffff : pr > 16 ? (1u << (pr - 16)) - 1u : 0u);
-        for (int k0 = 0; k0 < n_in; k0 += KB) {
-            int kn = n_in - k0 < KB ? n_in - k0 : KB;
+        for (int k0 = 0; k0 < n_in; k0 += kb) {
+            int kn = n_in - k0 < kb ? n_in - k0 : kb;
             if (mlx) pack_mlx(w, o0 + r0, pr, k0, kn, pan, ps, pb);
             else pack(w, o0 + r0, pr, k0, kn, pan);
             for (int t0 = 0; t0 < n_tok; t0 += TT) {
@@ -395,11 +404,11 @@ static void gemm_rows(const struct gb_weight *w, int mlx, int o0, int nr, const 
 }
 
 void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, int n_tok, float *y,
-                           size_t ldy) {
-    gemm_rows(w, 0, o0, nr, xp, NULL, NULL, 0, n_tok, y, ldy);
+                           size_t ldy, void *scratch) {
+    gemm_rows(w, 0, o0, nr, xp, NULL, NULL, 0, n_tok, y, ldy, scratch);
 }
 
 void gemm_mlx_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, const float *xd,
-                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy) {
-    gemm_rows(w, 1, o0, nr, xp, xd, xsum, gstr, n_tok, y, ldy);
+                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy, void *scratch) {
+    gemm_rows(w, 1, o0, nr, xp, xd, xsum, gstr, n_tok, y, ldy, scratch);
 }

@@ -28,6 +28,11 @@ enum gemm_kind gemm_kind_of(const struct gb_weight *w);
  * of token t at xp[((t / T) (n / 2) + p) T + t % T]; a buffer for n_tok tokens holds
  * gemm_x_words() u32. */
 enum { GEMM_T = 12 };
+/* k per weight panel: the whole row up to this (longer rows in blocks of it) */
+enum { GEMM_KB = 4096 };
+/* Scratch each call of gemm_*_rows_avx512 needs (one per thread; 64-byte aligned): a panel
+ * of 32 rows x min(n_in, GEMM_KB) codes or bf16 values, and MLX's scales and biases. */
+size_t gemm_panel_bytes(const struct gb_weight *w);
 static inline size_t gemm_x_words(int n_tok, int n, int T) { return (size_t)((n_tok + T - 1) / T * T) * (size_t)(n / 2); }
 
 /* Token t's row x (n elements, n % 32 == 0) rounded to bf16 (nearest even) into xp. */
@@ -37,7 +42,7 @@ void gemm_bf16_x_avx512(const float *x, int n, int t, uint32_t *xp);
  * for o in [o0, o0 + nr). Each output is computed by the same operations whatever o0, nr
  * and n_tok are (no dependence on tiling or threads). */
 void gemm_bf16_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, int n_tok, float *y,
-                           size_t ldy);
+                           size_t ldy, void *scratch);
 
 /* MLX: token t's row x (n elements) to 16-bit integers q per group of gs, x ~ d[g] q, into
  * xp (as above); sum[g] = d[g] sum(q). */
@@ -45,6 +50,6 @@ void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float
 /* As gemm_bf16_rows_avx512 for MLX 4/8-bit rows: x quantized into xp, its steps and sums
  * (gstr floats apart per token). */
 void gemm_mlx_rows_avx512(const struct gb_weight *w, int o0, int nr, const uint32_t *xp, const float *xd,
-                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy);
+                          const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy, void *scratch);
 
 #endif

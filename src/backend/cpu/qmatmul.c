@@ -38,6 +38,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Activations of the 32-element types are struct qx8 (qmatmul_avx2.h): x ~ d * qs;
@@ -110,6 +111,8 @@ struct gjob {
     enum gemm_kind kind;
     uint32_t *xp;      /* x in GEMM tiles (bf16, or 16-bit integers for MLX), then */
     float *xd, *xsum;  /* MLX: per token and group, the step and the sum of the quantized x */
+    char *panels;      /* per thread, panel_bytes each: its weight panel (gemm_panel_bytes) */
+    size_t panel_bytes;
     int n_tok, ng, chunk;
     _Atomic int next;
 };
@@ -129,18 +132,19 @@ static void gemm_prep_worker(void *ctx, int ith, int nth) {
 }
 
 static void gemm_worker(void *ctx, int ith, int nth) {
-    (void)ith;
     (void)nth;
     struct gjob *j = ctx;
     int n_out = (int)j->w->n_out;
+    void *pan = j->panels + (size_t)ith * j->panel_bytes;
     for (;;) {
         long o = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (o >= n_out) return;
         int nr = n_out - o < j->chunk ? n_out - (int)o : j->chunk;
         if (j->kind == GEMM_BF16)
-            gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xp, j->n_tok, j->y, (size_t)n_out);
+            gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xp, j->n_tok, j->y, (size_t)n_out, pan);
         else
-            gemm_mlx_rows_avx512(j->w, (int)o, nr, j->xp, j->xd, j->xsum, (size_t)j->ng, j->n_tok, j->y, (size_t)n_out);
+            gemm_mlx_rows_avx512(j->w, (int)o, nr, j->xp, j->xd, j->xsum, (size_t)j->ng, j->n_tok, j->y,
+                                 (size_t)n_out, pan);
     }
 }
 
@@ -159,10 +163,16 @@ static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_
     }
     atomic_init(&j.next, 0);
     int nth = tp_n_threads(tp);
+    /* the panels (up to ~290 KB a thread) from the heap, not the stack of whichever thread calls;
+     * without them the per-token kernels do the work */
+    j.panel_bytes = (gemm_panel_bytes(w) + 63) & ~(size_t)63;
+    j.panels = aligned_alloc(64, j.panel_bytes * (size_t)nth);
+    if (!j.panels) return 0;
     if (nth > 1 && n_tok >= 4) tp_run(tp, gemm_prep_worker, &j);
     else gemm_prep_worker(&j, 0, 1);
     if (nth > 1) tp_run(tp, gemm_worker, &j);
     else gemm_worker(&j, 0, 1);
+    free(j.panels);
     return 1;
 #else
     (void)tp; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
