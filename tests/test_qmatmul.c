@@ -481,6 +481,23 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
             y[p] = poisoned(ny);
             matmul_w(pools[p], y[p], x, &w, n_tok, work);
         }
+        if (n_tok > 1 && n_out > 4) { /* matmul_w_multi: w and a view of its rows from 4 on, in one pass */
+            struct gb_weight w2 = weight_rows(&w, 4, n_out - 4), f = {.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_F32,
+                .n_out = n_out, .n_in = n_in, .data = deq, .row_bytes = (size_t)n_in * sizeof(float)};
+            const struct gb_weight *ws[2] = {&w, &w2}, *mixed[2] = {&w, &f};
+            size_t ny2 = (size_t)n_tok * (n_out - 4);
+            float *r2 = poisoned(ny2), *ys[2] = {poisoned(ny), poisoned(ny2)};
+            matmul_w(pools[0], r2, x, &w2, n_tok, work);
+            for (int p = 0; p < 3; p++) {
+                int ran = matmul_w_multi(pools[p], 2, ys, x, ws, n_tok, work);
+                CHECKF(ran && memcmp(ys[0], y[0], ny * sizeof(float)) == 0 && memcmp(ys[1], r2, ny2 * sizeof(float)) == 0,
+                       "%s n_in %d n_out %d n_tok %d, %d threads: matmul_w_multi %s", what, n_in, n_out, n_tok, p + 1,
+                       ran ? "differs from matmul_w" : "took no GEMM");
+            }
+            CHECKF(!matmul_w_multi(pools[1], 2, ys, x, mixed, n_tok, work),
+                   "%s n_in %d n_out %d n_tok %d: matmul_w_multi took f32 rows into the GEMM", what, n_in, n_out, n_tok);
+            free(r2); free(ys[0]); free(ys[1]);
+        }
         int bad = 0, same1 = 1;
         for (int t2 = 0; t2 < n_tok; t2++) {
             matmul_w(pools[0], y1, x + (size_t)t2 * n_in, &w, 1, work);

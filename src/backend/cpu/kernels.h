@@ -71,7 +71,8 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
 /* y[i] = x . w[i]^T for k (<= 4) matrices sharing x in one pass over the pool, with the
  * results of k matmul_w calls bit for bit; 1 where done, 0 (nothing done) where this
- * combination has no fused path (for now: one token, packed MLX 4-bit, AVX-512). work: as for
+ * combination has no fused path (for now: one token, packed MLX 4-bit, AVX-512; or the
+ * prefill GEMMs, one kind for all, the same n_in and MLX group size). work: as for
  * matmul_w(w[0], n_tok). */
 int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                    int n_tok, void *work);

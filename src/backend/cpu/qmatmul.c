@@ -99,21 +99,29 @@ void qmatmul_set_gemm_min_tok(int n) {
     atomic_store_explicit(&gemm_min_tok, n < 0 ? GEMM_MIN_TOK_DEFAULT : n, memory_order_relaxed);
 }
 
-/* ---- the prefill GEMMs (gemm_avx512.c): x prepared once, row panels of 32 over
- * the threads --------------------------------------------------------------------------- */
+/* f32/f16/bf16 rows: matmul() (kernels.c), never the quantized paths */
+static int is_float_plain(const struct gb_weight *w) {
+    return w->kind == GB_WEIGHT_PLAIN &&
+           (w->type == GB_TYPE_F32 || w->type == GB_TYPE_F16 || w->type == GB_TYPE_BF16);
+}
 
-enum { GEMM_ROWS = 32 };
+/* ---- the prefill GEMMs (gemm_avx512.c): x prepared once, row panels of 32 over
+ * the threads; k matrices reading the same x (q/k/v, gate/up) share its preparation and
+ * one pass over the pool, their panels claimed from one counter ---------------------- */
+
+enum { GEMM_ROWS = 32, GEMM_MULTI = 4 };
 
 struct gjob {
-    float *y;
+    float *y[GEMM_MULTI];
+    const struct gb_weight *w[GEMM_MULTI];
+    int k, first[GEMM_MULTI + 1]; /* matrix i owns panels first[i] .. first[i + 1] - 1 */
     const float *x;
-    const struct gb_weight *w;
     enum gemm_kind kind;
     uint32_t *xp;      /* x in GEMM tiles (bf16, or 16-bit integers for MLX), then */
     float *xd, *xsum;  /* MLX: per token and group, the step and the sum of the quantized x */
     char *panels;      /* per thread, panel_bytes each: its weight panel (gemm_panel_bytes) */
     size_t panel_bytes;
-    int n_tok, ng, chunk;
+    int n_tok, ng;
     _Atomic int next;
 };
 
@@ -121,12 +129,12 @@ static void gemm_prep_worker(void *ctx, int ith, int nth) {
     struct gjob *j = ctx;
     long lo, hi;
     tp_range(j->n_tok, ith, nth, &lo, &hi);
-    size_t n = (size_t)j->w->n_in;
+    size_t n = (size_t)j->w[0]->n_in;
     for (long t = lo; t < hi; t++) {
         if (j->kind == GEMM_BF16)
             gemm_bf16_x_avx512(j->x + (size_t)t * n, (int)n, (int)t, j->xp);
         else
-            gemm_mlx_x_avx512(j->x + (size_t)t * n, (int)n, j->w->group_size, (int)t, j->xp,
+            gemm_mlx_x_avx512(j->x + (size_t)t * n, (int)n, j->w[0]->group_size, (int)t, j->xp,
                               j->xd + (size_t)t * (size_t)j->ng, j->xsum + (size_t)t * (size_t)j->ng);
     }
 }
@@ -134,38 +142,50 @@ static void gemm_prep_worker(void *ctx, int ith, int nth) {
 static void gemm_worker(void *ctx, int ith, int nth) {
     (void)nth;
     struct gjob *j = ctx;
-    int n_out = (int)j->w->n_out;
     void *pan = j->panels + (size_t)ith * j->panel_bytes;
     for (;;) {
-        long o = (long)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
-        if (o >= n_out) return;
-        int nr = n_out - o < j->chunk ? n_out - (int)o : j->chunk;
+        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed), i = 0;
+        if (c >= j->first[j->k]) return;
+        while (c >= j->first[i + 1]) i++;
+        const struct gb_weight *w = j->w[i];
+        int n_out = (int)w->n_out, o = (c - j->first[i]) * GEMM_ROWS;
+        int nr = n_out - o < GEMM_ROWS ? n_out - o : GEMM_ROWS;
         if (j->kind == GEMM_BF16)
-            gemm_bf16_rows_avx512(j->w, (int)o, nr, j->xp, j->n_tok, j->y, (size_t)n_out, pan);
+            gemm_bf16_rows_avx512(w, o, nr, j->xp, j->n_tok, j->y[i], (size_t)n_out, pan);
         else
-            gemm_mlx_rows_avx512(j->w, (int)o, nr, j->xp, j->xd, j->xsum, (size_t)j->ng, j->n_tok, j->y,
-                                 (size_t)n_out, pan);
+            gemm_mlx_rows_avx512(w, o, nr, j->xp, j->xd, j->xsum, (size_t)j->ng, j->n_tok, j->y[i], (size_t)n_out,
+                                 pan);
     }
 }
 
-/* 1 when it ran (the CPU, the format and n_tok allow it). */
-static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
+/* y[i] = x . w[i]^T, i < k, through the GEMMs; 1 when it ran (the CPU, the formats and n_tok
+ * allow it: one GEMM kind, the same n_in and, for MLX, group size). */
+static int gemm_run(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
+                    int n_tok, void *work) {
 #ifdef GERBIL_HAVE_X86
     int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
-    if (min_tok == 0 || n_tok < min_tok || !qmatmul_has_bf16()) return 0;
-    struct gjob j = {.y = y, .x = x, .w = w, .kind = gemm_kind_of(w), .n_tok = n_tok, .chunk = GEMM_ROWS};
+    if (min_tok == 0 || n_tok < min_tok || k < 1 || k > GEMM_MULTI || !qmatmul_has_bf16()) return 0;
+    struct gjob j = {.x = x, .kind = gemm_kind_of(w[0]), .n_tok = n_tok, .k = k};
     if (j.kind == GEMM_NONE) return 0;
+    for (int i = 0; i < k; i++) {
+        if (is_float_plain(w[i]) || gemm_kind_of(w[i]) != j.kind || w[i]->n_in != w[0]->n_in ||
+            (j.kind == GEMM_MLX16 && w[i]->group_size != w[0]->group_size))
+            return 0;
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.first[i + 1] = j.first[i] + (int)((w[i]->n_out + GEMM_ROWS - 1) / GEMM_ROWS);
+    }
     j.xp = (uint32_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     if (j.kind == GEMM_MLX16) {
-        j.ng = (int)(w->n_in / w->group_size);
-        j.xd = (float *)(j.xp + gemm_x_words(n_tok, (int)w->n_in, GEMM_T));
+        j.ng = (int)(w[0]->n_in / w[0]->group_size);
+        j.xd = (float *)(j.xp + gemm_x_words(n_tok, (int)w[0]->n_in, GEMM_T));
         j.xsum = j.xd + (size_t)n_tok * (size_t)j.ng;
     }
     atomic_init(&j.next, 0);
     int nth = tp_n_threads(tp);
     /* the panels (up to ~290 KB a thread) from the heap, not the stack of whichever thread calls;
      * without them the per-token kernels do the work */
-    j.panel_bytes = (gemm_panel_bytes(w) + 63) & ~(size_t)63;
+    j.panel_bytes = (gemm_panel_bytes(w[0]) + 63) & ~(size_t)63;
     j.panels = aligned_alloc(64, j.panel_bytes * (size_t)nth);
     if (!j.panels) return 0;
     if (nth > 1 && n_tok >= 4) tp_run(tp, gemm_prep_worker, &j);
@@ -175,7 +195,7 @@ static int gemm_run(threadpool_t *tp, float *y, const float *x, const struct gb_
     free(j.panels);
     return 1;
 #else
-    (void)tp; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
+    (void)tp; (void)k; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
     return 0;
 #endif
 }
@@ -774,11 +794,6 @@ static int row_chunk(int64_t n_out, int nth) {
     return nth == 1 ? (int)n_out : (int)((n_out + n_chunks - 1) / n_chunks);
 }
 
-static int is_float_plain(const struct gb_weight *w) {
-    return w->kind == GB_WEIGHT_PLAIN &&
-           (w->type == GB_TYPE_F32 || w->type == GB_TYPE_F16 || w->type == GB_TYPE_BF16);
-}
-
 int qmatmul_wants_pack(const struct gb_weight *w) {
     return w->kind == GB_WEIGHT_MLX && w->bits == 4 && !w->packed && w->group_size >= 32 && w->group_size <= 128 &&
            w->n_in > 0 && w->n_in % 128 == 0 && w->n_in <= MAX_PACKED_N && cpu_has_avx2() && qmatmul_has_avx512();
@@ -816,7 +831,7 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
         matmul(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
         return;
     }
-    if (cpu_has_avx2() && gemm_run(tp, y, x, w, n_tok, work)) return;
+    if (cpu_has_avx2() && gemm_run(tp, 1, &y, x, &w, n_tok, work)) return;
     struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
     atomic_init(&j.next, 0);
     if (w->kind == GB_WEIGHT_MLX) {
@@ -898,6 +913,7 @@ static void multi_worker(void *ctx, int ith, int nth) {
 int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                    int n_tok, void *work) {
 #ifdef GERBIL_HAVE_X86
+    if (n_tok > 1) return cpu_has_avx2() && gemm_run(tp, k, y, x, w, n_tok, work); /* prefill */
     if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
     const struct gb_weight *w0 = w[0];
     for (int i = 0; i < k; i++)
