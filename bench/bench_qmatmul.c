@@ -17,7 +17,7 @@
  * machine; still by a busy SMT sibling), also for `perf stat`. "l3-no512": the same
  * with the AVX-512 kernels switched off (VNNI or AVX2 ones), for A/B ratios.
  * With "gemm": per-token kernels against the prefill GEMM for 1..128 tokens (1 thread,
- * thread CPU time), where qmatmul.c's GEMM_MIN_TOK_DEFAULT comes from. */
+ * thread CPU time), where qmatmul.c's GEMM_MIN_TOK_BF16 and GEMM_MIN_TOK_MLX come from. */
 #include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"

@@ -543,6 +543,10 @@ static void test_gemm(unsigned long long *seed) {
             gemm_case(GB_TYPE_U32, 4, 32, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 8, 128, ins[a], outs[b], seed);
             gemm_case(GB_TYPE_U32, 3, 64, ins[a], outs[b], seed);
+            /* rows of an odd number of 32-blocks: a 4-bit set ending inside a 16-word load, an
+             * 8-bit row ending half way through one */
+            gemm_case(GB_TYPE_U32, 4, 32, ins[a] + 32, outs[b], seed);
+            gemm_case(GB_TYPE_U32, 8, 32, ins[a] + 32, outs[b], seed);
         }
 }
 

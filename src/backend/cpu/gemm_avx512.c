@@ -266,54 +266,112 @@ void gemm_mlx_x_avx512(const float *x, int n, int gs, int t, uint32_t *xp, float
     }
 }
 
-/* Codes k0..k0 + n - 1 of row r (n a multiple of 32) as int16 (4-bit: element c in byte
- * c / 2, low nibble first; 8-bit: one byte each). */
-static void mlx_codes(const struct gb_weight *w, int64_t r, int64_t k0, int n, int16_t *out) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    const uint8_t *codes = row + (size_t)(k0 * w->bits / 8);
-    const __m128i m4 = _mm_set1_epi8(15);
-    for (int i = 0; i < n / 32; i++) {
-        __m256i b;
-        if (w->bits == 8) {
-            b = _mm256_loadu_si256((const __m256i *)(codes + 32 * i));
-        } else {
-            __m128i v;
-            if (w->packed) { /* block b's 4 words (tensor/weight.h), evenly spaced */
-                const uint32_t *data = (const uint32_t *)w->data;
-                size_t nw = (size_t)w->n_in / 8, b = (size_t)(k0 / 32 + i);
-                size_t p0 = mlx4_packed_word(w->n_out, nw, r, 4 * b), d = mlx4_packed_word(w->n_out, nw, r, 4 * b + 1) - p0;
-                v = _mm_set_epi32((int)data[p0 + 3 * d], (int)data[p0 + 2 * d], (int)data[p0 + d], (int)data[p0]);
-            } else {
-                v = _mm_loadu_si128((const __m128i *)(codes + 16 * i));
-            }
-            __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-            b = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-        }
-        _mm512_store_si512(out + 32 * i, _mm512_cvtepu8_epi16(b));
+/* Codes straight into the panel: 16 rows' words of a row segment are loaded (one 64-byte
+ * load a row), transposed 16 x 16 so a vector holds one word of each of the 16 rows, and each
+ * byte of that word becomes one pair of the panel (a vpshufb; for 4-bit one more shift and
+ * mask to split its nibbles). No per-row int16 staging and no second transpose.
+ *
+ * pair_ctl(bits, k): the vpshufb control making, from each u32 lane, 4-bit: byte k in both
+ * halves (b | b << 16, split by nib_pair); 8-bit: bytes 2k and 2k + 1 as the pair's halves. */
+static __m512i pair_ctl(int bits, int k) {
+    _Alignas(64) uint8_t c[64];
+    for (int i = 0; i < 64; i += 4) { /* vpshufb indexes within the 16-byte lane: u32 q at 4q */
+        int q = i % 16 / 4;
+        c[i] = (uint8_t)(4 * q + (bits == 4 ? k : 2 * k));
+        c[i + 2] = (uint8_t)(4 * q + (bits == 4 ? k : 2 * k + 1));
+        c[i + 1] = c[i + 3] = 0x80; /* zero */
     }
+    return _mm512_load_si512(c);
+}
+
+/* b | b << 16 (b a byte of 4-bit codes) -> (b & 15) | (b >> 4) << 16: the pair (low nibble,
+ * high nibble) as two int16. */
+AI __m512i nib_pair(__m512i v) {
+    v = _mm512_srlv_epi16(v, _mm512_set1_epi32(4 << 16));
+    return _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff000f));
+}
+
+/* Scales or biases at..at + n - 1 (n <= 16; F32, F16 or BF16) as f32, the other lanes 0. */
+AI __m512 sb16(enum gb_type t, const void *p, size_t at, int n) {
+    __mmask16 m = lanes16(n);
+    if (t == GB_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + at);
+    __m256i v = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + at);
+    if (t == GB_TYPE_F16) return _mm512_cvtph_ps(v);
+    GB_ASSERT(t == GB_TYPE_BF16);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
 /* Rows o0..o0 + nr - 1 (the rest zero), k in [k0, k0 + kn): codes into pan[kn / 2][PR]
- * (int16 pairs), scales and biases into ps, pb [kn / gs][PR] as f32. */
+ * (int16 pairs), scales and biases into ps, pb [kn / gs][PR] as f32.
+ * 4-bit, per set of 16 blocks (512 codes; a row's last set may have fewer, nb): in packed
+ * order (tensor/weight.h) load c of a row is word c of the set's blocks, in MLX's order it is
+ * blocks 4c .. 4c + 3; word j of block m holds pairs 16 m + 4 j .. + 3, byte k pair 16 m + 4 j
+ * + k. 8-bit, per 16 words (64 codes): word q holds pairs 2 q, 2 q + 1. */
 static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, uint32_t *pan, float *ps,
                      float *pb) {
-    _Alignas(64) int16_t tmp[PR][256];
-    for (int kk = 0; kk < kn; kk += 256) {
-        int n = kn - kk < 256 ? kn - kk : 256;
-        for (int r = 0; r < PR; r++) {
-            if (r < nr) mlx_codes(w, o0 + r, k0 + kk, n, tmp[r]);
-            else memset(tmp[r], 0, sizeof tmp[r]);
+    const uint32_t *data = (const uint32_t *)w->data;
+    size_t nw = (size_t)w->n_in * (size_t)w->bits / 32; /* words per row */
+    int four = w->bits == 4, step = four ? 512 : 64;
+    __m512i ctl[4];
+    for (int k = 0; k < (four ? 4 : 2); k++) ctl[k] = pair_ctl(w->bits, k);
+    for (int h = 0; h < PR / 16; h++) {
+        for (int e0 = 0; e0 < kn; e0 += step) {
+            int nb = (kn - e0) / 32 < 16 ? (kn - e0) / 32 : 16; /* 4-bit: blocks in the set */
+            size_t b0 = (size_t)(k0 + e0) / 32;                 /* the set's first block in the row */
+            for (int c = 0; c < (four ? 4 : 1); c++) {
+                __m512i t[16];
+                for (int i = 0; i < 16; i++) {
+                    int64_t r = o0 + 16 * h + i;
+                    if (16 * h + i >= nr) {
+                        t[i] = _mm512_setzero_si512();
+                    } else if (four && w->packed) {
+                        size_t d, p = mlx4_packed_block(w->n_out, nw, r, b0, &d);
+                        t[i] = _mm512_maskz_loadu_epi32(lanes16(nb), data + p + (size_t)c * d);
+                    } else { /* MLX's order: 16 consecutive words of the row */
+                        int nv = four ? 4 * nb - 16 * c : (kn - e0) / 4;
+                        t[i] = nv <= 0 ? _mm512_setzero_si512()
+                                       : _mm512_maskz_loadu_epi32(lanes16(nv), data + (size_t)r * nw +
+                                                                                    (size_t)(k0 + e0) * w->bits / 32 +
+                                                                                    16 * (size_t)c);
+                    }
+                }
+                transpose16_epi32(t); /* t[q] lane i: row 16 h + i's word q of its load */
+                for (int q = 0; q < 16; q++) {
+                    uint32_t *dst;
+                    if (four) {
+                        int m = w->packed ? q : 4 * c + q / 4, j = w->packed ? c : q % 4;
+                        if (m >= nb) continue;
+                        dst = pan + (size_t)(e0 / 2 + 16 * m + 4 * j) * PR + 16 * h;
+                        for (int k = 0; k < 4; k++)
+                            _mm512_store_si512(dst + (size_t)k * PR, nib_pair(_mm512_shuffle_epi8(t[q], ctl[k])));
+                    } else {
+                        if (4 * q >= kn - e0) break;
+                        dst = pan + (size_t)(e0 / 2 + 2 * q) * PR + 16 * h;
+                        _mm512_store_si512(dst, _mm512_shuffle_epi8(t[q], ctl[0]));
+                        _mm512_store_si512(dst + PR, _mm512_shuffle_epi8(t[q], ctl[1]));
+                    }
+                }
+            }
         }
-        put_panel((const int16_t (*)[256])tmp, n, kk / 2, pan);
     }
-    int gs = w->group_size;
+    /* scales and biases: 16 groups of 16 rows converted a row at a time, transposed */
+    int gs = w->group_size, ngk = kn / gs;
     int64_t ng = w->n_in / gs;
-    for (int gi = 0; gi < kn / gs; gi++)
-        for (int r = 0; r < PR; r++) {
-            size_t at = (size_t)((o0 + r) * ng + k0 / gs + gi);
-            ps[gi * PR + r] = r < nr ? mlx_sb_value(w->sb_type, w->scales, at) : 0.0f;
-            pb[gi * PR + r] = r < nr ? mlx_sb_value(w->sb_type, w->biases, at) : 0.0f;
-        }
+    for (int a = 0; a < 2; a++) {
+        const void *src = a ? w->biases : w->scales;
+        float *dst = a ? pb : ps;
+        for (int h = 0; h < PR / 16; h++)
+            for (int g0 = 0; g0 < ngk; g0 += 16) {
+                int n = ngk - g0 < 16 ? ngk - g0 : 16;
+                __m512i t[16];
+                for (int i = 0; i < 16; i++) {
+                    size_t at = (size_t)((o0 + 16 * h + i) * ng + k0 / gs + g0);
+                    t[i] = 16 * h + i < nr ? _mm512_castps_si512(sb16(w->sb_type, src, at, n)) : _mm512_setzero_si512();
+                }
+                transpose16_epi32(t);
+                for (int g = 0; g < n; g++) _mm512_storeu_si512(dst + (size_t)(g0 + g) * PR + 16 * h, t[g]);
+            }
+    }
 }
 
 /* acc += pairwise products of a and b (vpdpwssd). As inline asm with the accumulator tied:

@@ -90,13 +90,16 @@ int qmatmul_has_bf16(void) {
 /* Prompts of at least this many tokens go through the prefill GEMMs (gemm_avx512.c), which
  * unpack each weight once per call. Where they overtake the 512-bit per-token kernels
  * (`bench_qmatmul 0.25 FMT gemm`, 3072 x 1024, 1 thread, Zen 5): Q4_K, Q6_K, Q8_0 between 32
- * and 64 tokens, MLX 4-bit ~32; at 512 tokens the GEMMs ran 1.5-2.1x the per-token kernels
- * (Q4_K 357 against 203 GFLOP/s, Q6_K 338/159, Q8_0 301/159, MLX 4-bit 306/199). */
-enum { GEMM_MIN_TOK_DEFAULT = 48 };
-static _Atomic int gemm_min_tok = GEMM_MIN_TOK_DEFAULT;
+ * and 64 tokens (at 32: 170-183 against 197-209 GFLOP/s; at 64: 228-247 against 197-205);
+ * MLX 4-bit (codes straight into the panel) at 16 (207 / 208; at 24: 241 / 210), but at 2
+ * threads gerbil bench pp16 ran 177-194 tok/s through the GEMM against 218-242 (its second
+ * tile is 4 tokens), pp24 245-279 against 218-259. At 512 tokens the GEMMs run 1.5-1.8x the
+ * per-token kernels. */
+enum { GEMM_MIN_TOK_BF16 = 48, GEMM_MIN_TOK_MLX = 24 };
+static _Atomic int gemm_min_tok = -1; /* -1: the defaults above */
 
 void qmatmul_set_gemm_min_tok(int n) {
-    atomic_store_explicit(&gemm_min_tok, n < 0 ? GEMM_MIN_TOK_DEFAULT : n, memory_order_relaxed);
+    atomic_store_explicit(&gemm_min_tok, n < 0 ? -1 : n, memory_order_relaxed);
 }
 
 /* f32/f16/bf16 rows: matmul() (kernels.c), never the quantized paths */
@@ -163,10 +166,12 @@ static void gemm_worker(void *ctx, int ith, int nth) {
 static int gemm_run(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                     int n_tok, void *work) {
 #ifdef GERBIL_HAVE_X86
-    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
-    if (min_tok == 0 || n_tok < min_tok || k < 1 || k > GEMM_MULTI || !qmatmul_has_bf16()) return 0;
+    if (k < 1 || k > GEMM_MULTI || !qmatmul_has_bf16()) return 0;
     struct gjob j = {.x = x, .kind = gemm_kind_of(w[0]), .n_tok = n_tok, .k = k};
     if (j.kind == GEMM_NONE) return 0;
+    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
+    if (min_tok < 0) min_tok = j.kind == GEMM_MLX16 ? GEMM_MIN_TOK_MLX : GEMM_MIN_TOK_BF16;
+    if (min_tok == 0 || n_tok < min_tok) return 0;
     for (int i = 0; i < k; i++) {
         if (is_float_plain(w[i]) || gemm_kind_of(w[i]) != j.kind || w[i]->n_in != w[0]->n_in ||
             (j.kind == GEMM_MLX16 && w[i]->group_size != w[0]->group_size))
