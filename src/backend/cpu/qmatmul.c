@@ -91,11 +91,11 @@ int qmatmul_has_bf16(void) {
  * unpack each weight once per call. Where they overtake the 512-bit per-token kernels
  * (`bench_qmatmul 0.25 FMT gemm`, 3072 x 1024, 1 thread, Zen 5): Q4_K, Q6_K, Q8_0 between 32
  * and 64 tokens (at 32: 170-183 against 197-209 GFLOP/s; at 64: 228-247 against 197-205);
- * MLX 4-bit (codes straight into the panel) at 16 (207 / 208; at 24: 241 / 210), but at 2
- * threads gerbil bench pp16 ran 177-194 tok/s through the GEMM against 218-242 (its second
- * tile is 4 tokens), pp24 245-279 against 218-259. At 512 tokens the GEMMs run 1.5-1.8x the
- * per-token kernels. */
-enum { GEMM_MIN_TOK_BF16 = 48, GEMM_MIN_TOK_MLX = 24 };
+ * MLX 4-bit (codes straight into the panel) at 16-24 (16: 207 / 208; 24: 241 / 210); end to
+ * end (gerbil bench, 2 threads, with the per-token kernels' rows in blocks) pp24 ran 257-264
+ * tok/s through the GEMM against 273-282, pp32 300-308 against 284-293. At 512 tokens the
+ * GEMMs run 1.5-1.8x the per-token kernels. */
+enum { GEMM_MIN_TOK_BF16 = 48, GEMM_MIN_TOK_MLX = 32 };
 static _Atomic int gemm_min_tok = -1; /* -1: the defaults above */
 
 void qmatmul_set_gemm_min_tok(int n) {
