@@ -37,20 +37,19 @@ struct gb_weight {
  * share their 4 nw words, and the last n_out % 4 rows are each a "quad" of one. Per set of
  * 16 blocks (a row's last set may have fewer, bs), word j of the set's blocks of each row
  * of the quad in turn: so a 64-byte load holds word j of 16 blocks of one row, and a
- * kernel taking the quad's 4 rows at once reads one sequential stream. Word i of row r ->
- * its position from row 0's start. */
-static inline size_t mlx4_packed_block(int64_t n_out, size_t nw, int64_t r, size_t b, size_t *d);
-static inline size_t mlx4_packed_word(int64_t n_out, size_t nw, int64_t r, size_t i) {
-    size_t d, p0 = mlx4_packed_block(n_out, nw, r, i / 4, &d);
-    return p0 + i % 4 * d;
-}
-/* The same for block b (words 4b .. 4b + 3) of row r: word 4b + j at the result + j *d. */
+ * kernel taking the quad's 4 rows at once reads one sequential stream.
+ * mlx4_packed_block: where word 0 of row r's block b is, from row 0's start; the block's
+ * word j is j *d further. mlx4_packed_word: where row r's word i is. */
 static inline size_t mlx4_packed_block(int64_t n_out, size_t nw, int64_t r, size_t b, size_t *d) {
     size_t s = b / 16, m = b % 16, bs = nw - 64 * s >= 64 ? 16 : (nw - 64 * s) / 4;
     int quad = r < (n_out & ~(int64_t)3);
     size_t q = quad ? 4 : 1, ri = quad ? (size_t)r & 3 : 0; /* rows in the quad, r's place */
     *d = q * bs;
     return ((size_t)r - ri) * nw + q * 64 * s + ri * bs + m;
+}
+static inline size_t mlx4_packed_word(int64_t n_out, size_t nw, int64_t r, size_t i) {
+    size_t d, p0 = mlx4_packed_block(n_out, nw, r, i / 4, &d);
+    return p0 + i % 4 * d;
 }
 /* Put w (4-bit MLX, in MLX's order, data writable) in packed order and set w->packed. A
  * view of its rows (weight_rows) must start at a multiple of 4. */

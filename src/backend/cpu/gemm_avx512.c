@@ -418,8 +418,11 @@ AI void tile_mlx(int T, const uint32_t *pan, const float *ps, const float *pb, i
                     xsum + (size_t)t0 * gstr + k0 / gs, gstr, yt, ldy, m0, m1, k0 == 0)                          \
          : tile(n, pan, kn / 2, xt, yt, ldy, m0, m1, k0 == 0))
 
+/* k per panel for w: its whole row up to KB */
+static int panel_k(const struct gb_weight *w) { return w->n_in < KB ? (int)w->n_in : KB; }
+
 size_t gemm_panel_bytes(const struct gb_weight *w) {
-    size_t kb = (size_t)(w->n_in < KB ? w->n_in : KB);
+    size_t kb = (size_t)panel_k(w);
     return kb / 2 * PR * sizeof(uint32_t) + 2 * (kb / 32) * PR * sizeof(float); /* codes, scales + biases */
 }
 
@@ -427,7 +430,7 @@ size_t gemm_panel_bytes(const struct gb_weight *w) {
  * scratch: gemm_panel_bytes(w), 64-byte aligned. */
 static void gemm_rows(const struct gb_weight *w, int mlx, int o0, int nr, const uint32_t *xp, const float *xd,
                       const float *xsum, size_t gstr, int n_tok, float *y, size_t ldy, void *scratch) {
-    int n_in = (int)w->n_in, gs = mlx ? w->group_size : 0, kb = n_in < KB ? n_in : KB;
+    int n_in = (int)w->n_in, gs = mlx ? w->group_size : 0, kb = panel_k(w);
     uint32_t *pan = scratch;
     float *ps = (float *)(pan + (size_t)kb / 2 * PR), *pb = ps + (size_t)kb / 32 * PR;
     for (int r0 = 0; r0 < nr; r0 += PR) {

@@ -102,6 +102,16 @@ void qmatmul_set_gemm_min_tok(int n) {
     atomic_store_explicit(&gemm_min_tok, n < 0 ? -1 : n, memory_order_relaxed);
 }
 
+/* k matrices' chunks taken from one counter, matrix i owning chunks first[i] .. first[i + 1]
+ * - 1: the next chunk's index within its matrix (that matrix in *i), or -1 when none is left. */
+static int claim_chunk(_Atomic int *next, const int *first, int k, int *i) {
+    int c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed), m = 0;
+    if (c >= first[k]) return -1;
+    while (c >= first[m + 1]) m++;
+    *i = m;
+    return c - first[m];
+}
+
 /* f32/f16/bf16 rows: matmul() (kernels.c), never the quantized paths */
 static int is_float_plain(const struct gb_weight *w) {
     return w->kind == GB_WEIGHT_PLAIN &&
@@ -146,12 +156,9 @@ static void gemm_worker(void *ctx, int ith, int nth) {
     (void)nth;
     struct gjob *j = ctx;
     void *pan = j->panels + (size_t)ith * j->panel_bytes;
-    for (;;) {
-        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed), i = 0;
-        if (c >= j->first[j->k]) return;
-        while (c >= j->first[i + 1]) i++;
+    for (int i, c; (c = claim_chunk(&j->next, j->first, j->k, &i)) >= 0;) {
         const struct gb_weight *w = j->w[i];
-        int n_out = (int)w->n_out, o = (c - j->first[i]) * GEMM_ROWS;
+        int n_out = (int)w->n_out, o = c * GEMM_ROWS;
         int nr = n_out - o < GEMM_ROWS ? n_out - o : GEMM_ROWS;
         if (j->kind == GEMM_BF16)
             gemm_bf16_rows_avx512(w, o, nr, j->xp, j->n_tok, j->y[i], (size_t)n_out, pan);
@@ -903,13 +910,9 @@ static void multi_worker(void *ctx, int ith, int nth) {
     struct mjob *m = ctx;
     (void)ith;
     (void)nth;
-    for (;;) {
-        int c = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
-        if (c >= m->first[m->k]) return;
-        int i = 0;
-        while (c >= m->first[i + 1]) i++;
+    for (int i, c; (c = claim_chunk(&m->next, m->first, m->k, &i)) >= 0;) {
         struct qjob *j = &m->j[i];
-        int n_out = (int)j->w->n_out, o_lo = (c - m->first[i]) * j->chunk;
+        int n_out = (int)j->w->n_out, o_lo = c * j->chunk;
         int o_hi = o_lo + j->chunk < n_out ? o_lo + j->chunk : n_out;
         mlx_rows(j, o_lo, o_hi - o_lo, 0, 1);
     }
