@@ -36,7 +36,7 @@ typedef enum gerbil_kv_type {
 } gerbil_kv_type;
 
 typedef struct gerbil_model *gerbil_model_t;   /* weights + hyperparameters, shareable */
-typedef struct gerbil_session *gerbil_session_t; /* one sequence: KV cache + position */
+typedef struct gerbil_session *gerbil_session_t; /* one sequence of a context of its own */
 
 typedef struct gerbil_model_params {
     int n_threads;        /* <= 0: number of online CPUs */
@@ -47,6 +47,10 @@ typedef struct gerbil_model_params {
      * kernels quantize activations to 8-bit blocks for GGUF quantized weights, as
      * llama.cpp does. */
     int reference_kernels;
+    /* Where the model runs: "cpu" (the default) or "ref" (every op through the scalar
+     * reference kernels: the specification, slow; reference_kernels = 1 is the same).
+     * NULL: the default. */
+    const char *backend;
     /* Called while loading with bytes done of total (may be NULL). */
     void (*progress)(void *user, const char *path, size_t done, size_t total);
     void *progress_user;
@@ -72,6 +76,90 @@ int gerbil_model_eos_ids(gerbil_model_t model, int32_t *ids, int cap);
 int32_t gerbil_model_bos_id(gerbil_model_t model); /* -1 if none */
 /* Human-readable multi-line description (architecture, params, dtypes, memory). */
 gerbil_status gerbil_model_describe(gerbil_model_t model, char *buf, size_t cap);
+/* The backend the model was loaded on ("cpu", "ref"). */
+const char *gerbil_model_backend(gerbil_model_t model);
+int gerbil_model_n_embd(gerbil_model_t model);
+int gerbil_model_n_layer(gerbil_model_t model);
+
+/* ---- contexts: many sequences, evaluated together in batches ----
+ * A context holds the state of up to n_seq_max sequences of one model: a KV cache of
+ * n_ctx positions in blocks of 16 that all of them share (a sequence takes blocks as it
+ * grows and gives them back when truncated or freed; a fork shares its source's blocks
+ * until one of them writes), a recurrent-state slot per sequence (with a checkpoint),
+ * and the buffers of one forward of up to n_batch rows.
+ *
+ * gerbil_context_eval runs one batch: rows from any of the context's sequences, each a
+ * token id (or an input embedding) appended to its sequence. A sequence's rows go, in
+ * batch order, at its next positions. Batch invariance: the logits of a row do not depend
+ * on the other sequences in the batch, bit for bit: a sequence evaluated alone and inside
+ * any batch gives the same results, given the same rows of it in each call.
+ *
+ * Threads: a context (and its sequences) is used by one thread at a time. Contexts of one
+ * model may be used from different threads at once; their evals take turns on the
+ * model's backend (the same holds for sessions). */
+typedef struct gerbil_context *gerbil_context_t;
+
+typedef struct gerbil_context_params {
+    int n_ctx;             /* KV positions shared by all sequences, and the most one may hold
+                              (<= 0: the model's max_position_embeddings capped at 4096) */
+    int n_seq_max;         /* sequences at once (<= 0: 1) */
+    int n_batch;           /* most rows per eval (<= 0: min(n_ctx, 512)) */
+    gerbil_kv_type kv_type;
+    /* Hidden states to keep for the output rows: after layer tap_layers[i] (0-based,
+     * < n_layer) for i < n_taps (may be 0 / NULL). */
+    const int *tap_layers;
+    int n_taps;
+} gerbil_context_params;
+
+/* A row whose input is an embedding (gerbil_batch.embd) rather than a token id. */
+#define GERBIL_TOKEN_EMBD (-1)
+
+typedef struct gerbil_batch {
+    int n_rows;
+    const int32_t *tokens;   /* [n_rows] token ids; GERBIL_TOKEN_EMBD: row i's input is embd[i] */
+    const float *embd;       /* [n_rows][n_embd] input embeddings, or NULL when no row has one */
+    const int32_t *seq;      /* [n_rows] the sequence each row extends */
+    const int32_t *pos;      /* [n_rows] RoPE positions, or NULL: each row's place in its sequence */
+    const int8_t *logits;    /* [n_rows] 1: this row's logits (and taps) are wanted; NULL: the last
+                                row of each sequence */
+    const int32_t *adapter;  /* [n_rows] adapter ids; reserved for LoRA: NULL or all 0 */
+} gerbil_batch;
+
+gerbil_context_params gerbil_context_default_params(void);
+gerbil_status gerbil_context_new(gerbil_model_t model, const gerbil_context_params *params, gerbil_context_t *out);
+void gerbil_context_free(gerbil_context_t ctx);
+int gerbil_context_n_ctx(gerbil_context_t ctx);
+int gerbil_context_n_batch(gerbil_context_t ctx);
+/* KV positions not held by any sequence (in whole blocks). */
+int gerbil_context_n_free(gerbil_context_t ctx);
+
+/* A new empty sequence; GERBIL_ERR_CONTEXT when n_seq_max are in use. */
+gerbil_status gerbil_seq_new(gerbil_context_t ctx, int32_t *seq);
+void gerbil_seq_free(gerbil_context_t ctx, int32_t seq);
+/* A new sequence holding what src holds (its KV blocks shared, its recurrent state and
+ * checkpoint copied). */
+gerbil_status gerbil_seq_fork(gerbil_context_t ctx, int32_t src, int32_t *seq);
+/* Keep the first n tokens (n <= length), as gerbil_session_truncate: a sequence with
+ * recurrent layers goes back to its checkpoint when that lies at or before n, else to
+ * the start; read gerbil_seq_len afterwards. */
+void gerbil_seq_truncate(gerbil_context_t ctx, int32_t seq, int n);
+/* Snapshot the sequence's recurrent state as its checkpoint (what truncate goes back to);
+ * sequences without recurrent layers need none. */
+void gerbil_seq_checkpoint(gerbil_context_t ctx, int32_t seq);
+int gerbil_seq_len(gerbil_context_t ctx, int32_t seq);
+
+/* Evaluate a batch (1 .. n_batch rows). Errors (nothing evaluated): GERBIL_ERR_INVALID_ARG
+ * for a bad row (token outside the vocabulary, unknown sequence, an embedding row without
+ * embd, adapters), GERBIL_ERR_CONTEXT when a sequence would exceed n_ctx or the KV cache
+ * has too few free blocks. */
+gerbil_status gerbil_context_eval(gerbil_context_t ctx, const gerbil_batch *batch);
+/* The outputs of the last eval: rows with logits set (or each sequence's last row), in
+ * batch order. */
+int gerbil_context_n_outputs(gerbil_context_t ctx);
+/* [n_vocab] logits of output i; NULL when out of range. */
+const float *gerbil_context_logits(gerbil_context_t ctx, int i);
+/* [n_embd] hidden state of output i after tap layer tap_layers[tap]; NULL when out of range. */
+const float *gerbil_context_hidden(gerbil_context_t ctx, int i, int tap);
 
 gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
                                  gerbil_session_t *out);
@@ -92,7 +180,9 @@ int gerbil_session_n_past(gerbil_session_t s);
 int gerbil_session_n_ctx(gerbil_session_t s);
 
 /* Run ids[0..n) at the next positions. If logits != NULL it receives the logits:
- * of every position ([n][n_vocab]) when all_logits, else of the last one ([n_vocab]). */
+ * of every position ([n][n_vocab]) when all_logits, else of the last one ([n_vocab]).
+ * Prompts go through in chunks that end at multiples of 512 positions (or of a smaller
+ * context), so how a prompt is split never depends on how it was handed over. */
 gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n,
                                   float *logits, int all_logits);
 

@@ -120,6 +120,14 @@ enum gb_buf_flags {
     GB_BUF_LAZY = 2, /* large and touched in order (the KV pool): memory only where written, huge pages */
 };
 
+/* What the forwards of a context will ask of the backend at most. */
+struct gb_reserve {
+    int n_rows;       /* rows per forward */
+    int n_kv;         /* KV positions one segment's attention reads */
+    int n_sel;        /* matrices matmul_id routes each row to (0: no matmul_id) */
+    int delta_dk, delta_dv; /* head sizes of delta_rule (0: none) */
+};
+
 struct backend;
 
 struct backend_ops {
@@ -141,10 +149,9 @@ struct backend_ops {
      * rearrange them in place once when `writable` (the loader's own copy) and sets
      * w[i].packed; it notes the scratch their matmuls need. */
     void (*weight_prepare)(struct backend *be, struct gb_weight *w, int64_t n, int writable);
-    /* Scratch for forwards of up to n_rows rows whose attention reads up to n_kv
-     * positions and whose matmul_id calls route each row to n_sel matrices (the largest of
-     * all calls is kept; nothing is allocated in a forward after this). */
-    gerbil_status (*reserve)(struct backend *be, int n_rows, int n_kv, int n_sel);
+    /* Scratch for the forwards described (the largest of all calls is kept; nothing is
+     * allocated in a forward after this). */
+    gerbil_status (*reserve)(struct backend *be, const struct gb_reserve *r);
     /* Called once per forward before its ops. */
     void (*batch_begin)(struct backend *be, const struct gb_batch *b);
 
@@ -226,8 +233,8 @@ struct backend {
 };
 
 /* A backend by name: "cpu", "ref" (NULL or "": the default, cpu). n_threads <= 0: the
- * number of online CPUs. NULL with the message set when unknown or out of memory. */
-struct backend *backend_new(const char *name, int n_threads);
+ * number of online CPUs. GERBIL_ERR_UNSUPPORTED for an unknown name. */
+gerbil_status backend_new(const char *name, int n_threads, struct backend **out);
 static inline void backend_free(struct backend *be) { if (be) be->ops->destroy(be); }
 
 /* ---- what model code calls ---- */

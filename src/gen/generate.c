@@ -25,10 +25,11 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
     res->n_prompt = n_prompt;
     if (n_prompt <= 0) return err_set(GERBIL_ERR_INVALID_ARG, "empty prompt");
     if (p->max_tokens < 0) return err_set(GERBIL_ERR_INVALID_ARG, "max tokens must be >= 0");
-    if (s->n_past + n_prompt > s->n_ctx)
+    const int n_ctx = gerbil_session_n_ctx(s), n_past = gerbil_session_n_past(s);
+    if (n_past + n_prompt > n_ctx)
         return err_set(GERBIL_ERR_CONTEXT, "prompt of %d tokens does not fit the context of %d tokens "
                        "(%d already used); use a larger --ctx-size or a shorter prompt",
-                       n_prompt, s->n_ctx, s->n_past);
+                       n_prompt, n_ctx, n_past);
 
     const int n_vocab = c->n_vocab;
     float *logits = malloc((size_t)n_vocab * sizeof(float));
@@ -53,7 +54,7 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
         if (p->on_token && p->on_token(p->user, id)) { res->stop = GERBIL_STOP_CALLBACK; break; }
         if (!p->ignore_eos && is_eos(c, id)) { res->stop = GERBIL_STOP_EOS; break; }
         if (i + 1 == p->max_tokens) break;
-        if (s->n_past >= s->n_ctx) { res->stop = GERBIL_STOP_CONTEXT; break; }
+        if (gerbil_session_n_past(s) >= n_ctx) { res->stop = GERBIL_STOP_CONTEXT; break; }
         st = gerbil_session_eval(s, &id, 1, logits, 0);
     }
     res->gen_s = time_now_s() - t0;

@@ -66,76 +66,63 @@ gerbil_status deltanet_bind(struct binder *b, int l, struct layer_weights *w) {
  * where the unfused projections put them: q_g, k_g, v_g into dn_in ([q | k | v]), z_g
  * into dn_z, b_g into dn_beta and a_g into dn_g (value heads g * r .. g * r + r - 1).
  * GGUF conversions keep only in_proj_ba fused (qkvz is stored as attn_qkv + attn_gate). */
-static void fused_projections(struct gerbil_session *s, const struct layer_weights *w, int n) {
-    const struct deltanet_config *d = &s->model->cfg.dn;
-    const int nk = d->n_k_heads, dk = d->k_dim, r = d->n_v_heads / nk, rv = r * d->v_dim;
+static void fused_projections(const struct fwd *f, const struct layer_weights *w) {
+    const struct deltanet_config *d = &f->cfg->dn;
+    const struct act_bufs *a = &f->c->a;
+    struct backend *be = f->be;
+    const int n = f->n, nk = d->n_k_heads, dk = d->k_dim, r = d->n_v_heads / nk, rv = r * d->v_dim;
     const int C = conv_dim(d), VD = d->n_v_heads * d->v_dim, NV = d->n_v_heads, key_dim = nk * dk;
     const int W = C + VD, G = 2 * dk + 2 * rv;
     const int fused = d->fused_proj;
     if (fused & FUSED_QKVZ) {
-        op_matmul(&s->be, s->dn_qkvz, s->xn, &w->w_qkvz, NULL, n);
+        op_matmul(be, a->dn_qkvz, a->xn, &w->w_qkvz, NULL, f->rows);
+        op_copy_strided(be, a->dn_in, C, dk, a->dn_qkvz, W, G, n, nk, dk);                        /* q_g */
+        op_copy_strided(be, a->dn_in + key_dim, C, dk, a->dn_qkvz + dk, W, G, n, nk, dk);         /* k_g */
+        op_copy_strided(be, a->dn_in + 2 * key_dim, C, rv, a->dn_qkvz + 2 * dk, W, G, n, nk, rv); /* v_g */
+        op_copy_strided(be, a->dn_z, VD, rv, a->dn_qkvz + 2 * dk + rv, W, G, n, nk, rv);         /* z_g */
     } else {
-        op_matmul(&s->be, s->dn_in, s->xn, &w->w_qkv, NULL, n);
-        op_matmul(&s->be, s->dn_z, s->xn, &w->w_z, NULL, n);
+        op_matmul(be, a->dn_in, a->xn, &w->w_qkv, NULL, f->rows);
+        op_matmul(be, a->dn_z, a->xn, &w->w_z, NULL, f->rows);
     }
     if (fused & FUSED_BA) {
-        op_matmul(&s->be, s->dn_ba, s->xn, &w->w_ba, NULL, n);
+        op_matmul(be, a->dn_ba, a->xn, &w->w_ba, NULL, f->rows);
+        op_copy_strided(be, a->dn_beta, NV, r, a->dn_ba, 2 * NV, 2 * r, n, nk, r);               /* b_g */
+        op_copy_strided(be, a->dn_g, NV, r, a->dn_ba + r, 2 * NV, 2 * r, n, nk, r);              /* a_g */
     } else {
-        op_matmul(&s->be, s->dn_beta, s->xn, &w->w_b, NULL, n);
-        op_matmul(&s->be, s->dn_g, s->xn, &w->w_a, NULL, n);
-    }
-    for (int t = 0; t < n; t++) {
-        float *in = s->dn_in + (size_t)t * C, *z = s->dn_z + (size_t)t * VD;
-        for (int g = 0; g < nk; g++) {
-            if (fused & FUSED_QKVZ) {
-                const float *src = s->dn_qkvz + (size_t)t * W + (size_t)g * G;
-                memcpy(in + g * dk, src, (size_t)dk * sizeof(float));
-                memcpy(in + key_dim + g * dk, src + dk, (size_t)dk * sizeof(float));
-                memcpy(in + 2 * key_dim + g * rv, src + 2 * dk, (size_t)rv * sizeof(float));
-                memcpy(z + g * rv, src + 2 * dk + rv, (size_t)rv * sizeof(float));
-            }
-            if (fused & FUSED_BA) {
-                const float *ba = s->dn_ba + (size_t)t * 2 * NV + (size_t)g * 2 * r;
-                memcpy(s->dn_beta + (size_t)t * NV + g * r, ba, (size_t)r * sizeof(float));
-                memcpy(s->dn_g + (size_t)t * NV + g * r, ba + r, (size_t)r * sizeof(float));
-            }
-        }
+        op_matmul(be, a->dn_beta, a->xn, &w->w_b, NULL, f->rows);
+        op_matmul(be, a->dn_g, a->xn, &w->w_a, NULL, f->rows);
     }
 }
 
-static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-void deltanet_forward(struct gerbil_session *s, int l, int n) {
-    const struct model_config *c = &s->model->cfg;
+void deltanet_forward(const struct fwd *f, int l) {
+    const struct model_config *c = f->cfg;
     const struct deltanet_config *d = &c->dn;
-    const struct layer_weights *w = &s->model->layers[l];
-    struct backend *be = &s->be;
-    const int C = conv_dim(d), NV = d->n_v_heads, key_dim = d->n_k_heads * d->k_dim;
+    struct gerbil_context *cx = f->c;
+    const struct layer_weights *w = &cx->model->layers[l];
+    const struct act_bufs *a = &cx->a;
+    struct backend *be = f->be;
+    const int n = f->n, C = conv_dim(d), NV = d->n_v_heads, key_dim = d->n_k_heads * d->k_dim;
 
     if (d->fused_proj) {
-        fused_projections(s, w, n);
+        fused_projections(f, w);
     } else {
-        op_matmul(be, s->dn_in, s->xn, &w->w_qkv, NULL, n);           /* [q | k | v] before the conv */
-        op_matmul(be, s->dn_z, s->xn, &w->w_z, NULL, n);              /* output gate */
-        op_matmul(be, s->dn_beta, s->xn, &w->w_b, NULL, n);
-        op_matmul(be, s->dn_g, s->xn, &w->w_a, NULL, n);
+        op_matmul(be, a->dn_in, a->xn, &w->w_qkv, NULL, f->rows);      /* [q | k | v] before the conv */
+        op_matmul(be, a->dn_z, a->xn, &w->w_z, NULL, f->rows);         /* output gate */
+        op_matmul(be, a->dn_beta, a->xn, &w->w_b, NULL, f->rows);
+        op_matmul(be, a->dn_g, a->xn, &w->w_a, NULL, f->rows);
     }
-    op_conv1d_causal(be, s->dn_conv, s->dn_in, s->conv_state[l], w->conv_w, n, C, d->conv_kernel, 1);
-    op_l2norm_heads(be, s->dn_conv, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f / sqrtf((float)d->k_dim));
-    op_l2norm_heads(be, s->dn_conv + key_dim, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f);
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < NV; h++) {
-            const size_t i = (size_t)t * NV + h;
-            s->dn_beta[i] = 1.0f / (1.0f + expf(-s->dn_beta[i]));
-            s->dn_g[i] = w->ssm_a[h] * softplusf(s->dn_g[i] + w->dt_bias[h]);
-        }
+    op_conv1d(be, a->dn_conv, a->dn_in, ctx_state(cx, cx->conv_off[l]), w->conv_w, C, d->conv_kernel, 1,
+              f->b->segs, f->b->n_segs);
+    op_l2norm_heads(be, a->dn_conv, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f / sqrtf((float)d->k_dim));
+    op_l2norm_heads(be, a->dn_conv + key_dim, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f);
+    op_deltanet_gates(be, a->dn_beta, a->dn_g, w->ssm_a, w->dt_bias, n, NV);
     struct delta_args da = {
-        .x = s->dn_conv, .qk_stride = C, .v_stride = C, .q_off = 0, .k_off = key_dim, .v_off = 2 * key_dim,
-        .g = s->dn_g, .beta = s->dn_beta, .out = s->dn_out, .state = s->delta_state[l],
-        .n_tok = n, .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim, .v_tiled = d->v_heads_tiled,
-        .chunked = n > 1, .scratch = s->dn_scratch,
+        .x = a->dn_conv, .qk_stride = C, .v_stride = C, .q_off = 0, .k_off = key_dim, .v_off = 2 * key_dim,
+        .g = a->dn_g, .beta = a->dn_beta, .out = a->dn_out, .state = ctx_state(cx, cx->delta_off[l]),
+        .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim, .v_tiled = d->v_heads_tiled,
+        .segs = f->b->segs, .n_segs = f->b->n_segs,
     };
     op_delta_rule(be, &da);
-    op_rmsnorm_gated(be, s->dn_out, s->dn_out, s->dn_z, w->dn_norm, c->norm_eps, n * NV, d->v_dim);
-    op_matmul(be, s->xn, s->dn_out, &w->w_out, NULL, n);              /* xn = out W_out^T */
+    op_rmsnorm_gated(be, a->dn_out, a->dn_out, a->dn_z, w->dn_norm, c->norm_eps, n * NV, d->v_dim);
+    op_matmul(be, a->xn, a->dn_out, &w->w_out, NULL, f->rows);         /* xn = out W_out^T */
 }

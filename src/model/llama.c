@@ -8,7 +8,6 @@
 #include "model/model.h"
 #include "base/fp16.h"
 #include "base/status.h"
-#include "model/rope.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +42,14 @@ gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float a
         return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": data is not aligned to its %zu-byte elements", name,
                        type_traits(t->type)->type_size);
     GB_ASSERT((size_t)n <= b->f32_left);
+    if (b->n_slots == b->cap_slots) { /* where the pointer goes, rebased once the block is uploaded */
+        int cap = b->cap_slots ? 2 * b->cap_slots : 256;
+        const float ***ns = realloc(b->slots, (size_t)cap * sizeof *ns);
+        if (!ns) return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
+        b->slots = ns;
+        b->cap_slots = cap;
+    }
+    b->slots[b->n_slots++] = out;
     type_to_f32(t->type, t->data, b->f32_next, n);
     if (add != 0.0f)
         for (int64_t i = 0; i < n; i++) b->f32_next[i] += add;
@@ -118,7 +125,32 @@ static const struct module_names *module_names_for(const struct model_config *c)
     return c->post_norms ? &gemma3_names : &llama_names;
 }
 
+/* The f32 vectors, converted into m->f32_store on the host, go to backend memory in one
+ * block (m->f32_dev); the pointers bound to them follow. */
+static gerbil_status upload_vectors(struct binder *b) {
+    struct gerbil_model *m = b->m;
+    struct backend *be = m->be;
+    m->f32_bytes = (size_t)(b->f32_next - m->f32_store) * sizeof(float);
+    m->f32_dev = be->ops->alloc(be, m->f32_bytes, 0);
+    if (!m->f32_dev) return err_set(GERBIL_ERR_NOMEM, "out of memory for %zu bytes of norms and biases", m->f32_bytes);
+    be->ops->upload(be, m->f32_dev, m->f32_store, m->f32_bytes);
+    for (int i = 0; i < b->n_slots; i++) *b->slots[i] = m->f32_dev + (*b->slots[i] - m->f32_store);
+    free(m->f32_store);
+    m->f32_store = NULL;
+    return GERBIL_OK;
+}
+
+static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp);
+
 gerbil_status llama_bind_weights(struct gerbil_model *m) {
+    struct binder b = {.m = m};
+    gerbil_status st = bind_all(m, &b);
+    if (st == GERBIL_OK) st = upload_vectors(&b);
+    free(b.slots);
+    return st;
+}
+
+static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
@@ -134,66 +166,67 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
     if (!m->f32_store || !m->layers || (n_moe && !m->experts))
         return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
     struct gb_weight *experts = m->experts;
-    struct binder b = {.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
+    *bp = (struct binder){.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
+    struct binder *b = bp;
 
-    GB_TRY(bind_matrix(&b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
+    GB_TRY(bind_matrix(b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
     const struct module_names *nm = module_names_for(c);
     char name[256];
     snprintf(name, sizeof name, "%s.weight", nm->final_norm);
-    GB_TRY(bind_vector(&b, name, D, b.norm_add, &m->out_norm));
+    GB_TRY(bind_vector(b, name, D, b->norm_add, &m->out_norm));
     if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
         if (!wsrc_find(&m->src, "lm_head.weight"))
             return err_set(GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\" "
                            "(config.json says tie_word_embeddings is false)");
-        GB_TRY(bind_matrix(&b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
+        GB_TRY(bind_matrix(b, "lm_head.weight", c->n_vocab, D, &m->lm_head));
     }
     m->embd_scale = c->embd_scale ? embedding_scale(m) : 0.0f;
 
 #define NAME(mod, what) (snprintf(name, sizeof name, "model.layers.%d.%s.%s", l, nm->mod, what), name)
     for (int l = 0; l < c->n_layer; l++) {
         struct layer_weights *w = &m->layers[l];
-        GB_TRY(bind_vector(&b, NAME(attn_norm, "weight"), D, b.norm_add, &w->attn_norm));
-        GB_TRY(bind_vector(&b, NAME(ffn_norm, "weight"), D, b.norm_add, &w->ffn_norm));
+        GB_TRY(bind_vector(b, NAME(attn_norm, "weight"), D, b->norm_add, &w->attn_norm));
+        GB_TRY(bind_vector(b, NAME(ffn_norm, "weight"), D, b->norm_add, &w->ffn_norm));
         if (c->post_norms) {                                          /* Gemma 3 */
-            GB_TRY(bind_vector(&b, NAME(attn_post, "weight"), D, b.norm_add, &w->attn_post_norm));
-            GB_TRY(bind_vector(&b, NAME(ffn_post, "weight"), D, b.norm_add, &w->ffn_post_norm));
+            GB_TRY(bind_vector(b, NAME(attn_post, "weight"), D, b->norm_add, &w->attn_post_norm));
+            GB_TRY(bind_vector(b, NAME(ffn_post, "weight"), D, b->norm_add, &w->ffn_post_norm));
         }
         if (c->layer_moe && c->layer_moe[l]) {
-            GB_TRY(moe_bind(&b, l, w, experts));
+            GB_TRY(moe_bind(b, l, w, experts));
             experts += 3 * (size_t)c->moe.n_expert;
         } else {
-            GB_TRY(bind_matrix(&b, NAME(gate, "weight"), F, D, &w->w_gate));
-            GB_TRY(bind_matrix(&b, NAME(up, "weight"), F, D, &w->w_up));
-            GB_TRY(bind_matrix(&b, NAME(down, "weight"), D, F, &w->w_down));
+            GB_TRY(bind_matrix(b, NAME(gate, "weight"), F, D, &w->w_gate));
+            GB_TRY(bind_matrix(b, NAME(up, "weight"), F, D, &w->w_up));
+            GB_TRY(bind_matrix(b, NAME(down, "weight"), D, F, &w->w_down));
         }
         if (c->mlp_bias) {
-            GB_TRY(bind_vector(&b, NAME(gate, "bias"), F, 0, &w->b_gate));
-            GB_TRY(bind_vector(&b, NAME(up, "bias"), F, 0, &w->b_up));
-            GB_TRY(bind_vector(&b, NAME(down, "bias"), D, 0, &w->b_down));
+            GB_TRY(bind_vector(b, NAME(gate, "bias"), F, 0, &w->b_gate));
+            GB_TRY(bind_vector(b, NAME(up, "bias"), F, 0, &w->b_up));
+            GB_TRY(bind_vector(b, NAME(down, "bias"), D, 0, &w->b_down));
         }
         if (c->layer_kind[l] == LAYER_DELTANET) {
-            GB_TRY(deltanet_bind(&b, l, w));
+            GB_TRY(deltanet_bind(b, l, w));
             continue;
         }
         if (c->layer_kind[l] == LAYER_SHORTCONV) {
-            GB_TRY(shortconv_bind(&b, l, w));
+            GB_TRY(shortconv_bind(b, l, w));
             continue;
         }
-        GB_TRY(bind_matrix(&b, NAME(q, "weight"), c->attn_out_gate ? 2 * Q : Q, D, &w->wq));
-        GB_TRY(bind_matrix(&b, NAME(k, "weight"), KV, D, &w->wk));
-        GB_TRY(bind_matrix(&b, NAME(v, "weight"), KV, D, &w->wv));
-        GB_TRY(bind_matrix(&b, NAME(o, "weight"), D, Q, &w->wo));
+        GB_TRY(bind_matrix(b, NAME(q, "weight"), c->attn_out_gate ? 2 * Q : Q, D, &w->wq));
+        GB_TRY(bind_matrix(b, NAME(k, "weight"), KV, D, &w->wk));
+        GB_TRY(bind_matrix(b, NAME(v, "weight"), KV, D, &w->wv));
+        GB_TRY(bind_matrix(b, NAME(o, "weight"), D, Q, &w->wo));
         if (c->attn_qkv_bias) {
-            GB_TRY(bind_vector(&b, NAME(q, "bias"), c->attn_out_gate ? 2 * Q : Q, 0, &w->bq));
-            GB_TRY(bind_vector(&b, NAME(k, "bias"), KV, 0, &w->bk));
-            GB_TRY(bind_vector(&b, NAME(v, "bias"), KV, 0, &w->bv));
+            GB_TRY(bind_vector(b, NAME(q, "bias"), c->attn_out_gate ? 2 * Q : Q, 0, &w->bq));
+            GB_TRY(bind_vector(b, NAME(k, "bias"), KV, 0, &w->bk));
+            GB_TRY(bind_vector(b, NAME(v, "bias"), KV, 0, &w->bv));
         }
-        if (c->attn_o_bias) GB_TRY(bind_vector(&b, NAME(o, "bias"), D, 0, &w->bo));
+        if (c->attn_o_bias) GB_TRY(bind_vector(b, NAME(o, "bias"), D, 0, &w->bo));
         if (c->qk_norm) {
-            GB_TRY(bind_vector(&b, NAME(q_norm, "weight"), c->head_dim, b.norm_add, &w->q_norm));
-            GB_TRY(bind_vector(&b, NAME(k_norm, "weight"), c->head_dim, b.norm_add, &w->k_norm));
+            GB_TRY(bind_vector(b, NAME(q_norm, "weight"), c->head_dim, b->norm_add, &w->q_norm));
+            GB_TRY(bind_vector(b, NAME(k_norm, "weight"), c->head_dim, b->norm_add, &w->k_norm));
         }
     }
 #undef NAME
@@ -202,114 +235,112 @@ gerbil_status llama_bind_weights(struct gerbil_model *m) {
 
 /* ---- forward ---- */
 
-/* Self-attention of layer l over the KV cache: xn (normed input) -> xn (output). */
-static void attention_block(struct gerbil_session *s, int l, int n, const float rope_scale[2]) {
-    const struct model_config *c = &s->model->cfg;
-    const struct layer_weights *w = &s->model->layers[l];
-    struct backend *be = &s->be;
-    const int hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd, pos0 = s->n_past;
-    float *xn = s->xn;
-    void (*rope)(struct backend *, float *, const int32_t *, const float *, float, int, int, int, int) =
-        c->rope_interleaved ? op_rope_interleaved : op_rope;
+/* Self-attention of layer l over each sequence's KV blocks: xn (normed input) -> xn (output). */
+static void attention_block(const struct fwd *f, int l) {
+    const struct model_config *c = f->cfg;
+    struct gerbil_context *cx = f->c;
+    const struct layer_weights *w = &cx->model->layers[l];
+    struct backend *be = f->be;
+    const struct act_bufs *a = &cx->a;
+    const int n = f->n, hd = c->head_dim, Q = c->n_head * hd, KV = c->n_head_kv * hd;
 
     if (c->attn_out_gate) {                                          /* Qwen3.5: [q | gate] per head */
-        op_matmul(be, s->qg, xn, &w->wq, w->bq, n);
-        for (int t = 0; t < n; t++)
-            for (int h = 0; h < c->n_head; h++) {
-                const float *src = s->qg + (size_t)t * 2 * Q + (size_t)h * 2 * hd;
-                memcpy(s->q + (size_t)t * Q + (size_t)h * hd, src, (size_t)hd * sizeof(float));
-                memcpy(s->gate + (size_t)t * Q + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
-            }
-        op_matmul(be, s->k, xn, &w->wk, w->bk, n);                   /* k = xn Wk^T */
-        op_matmul(be, s->v, xn, &w->wv, w->bv, n);                   /* v = xn Wv^T */
+        op_matmul(be, a->qg, a->xn, &w->wq, w->bq, f->rows);
+        op_copy_strided(be, a->q, Q, hd, a->qg, 2 * Q, 2 * hd, n, c->n_head, hd);
+        op_copy_strided(be, a->gate, Q, hd, a->qg + hd, 2 * Q, 2 * hd, n, c->n_head, hd);
+        op_matmul(be, a->k, a->xn, &w->wk, w->bk, f->rows);          /* k = xn Wk^T */
+        op_matmul(be, a->v, a->xn, &w->wv, w->bv, f->rows);          /* v = xn Wv^T */
     } else {                                                         /* q, k, v = xn W^T */
-        float *const ys[3] = {s->q, s->k, s->v};
+        float *const ys[3] = {a->q, a->k, a->v};
         const struct gb_weight *const ws[3] = {&w->wq, &w->wk, &w->wv};
         const float *const bs[3] = {w->bq, w->bk, w->bv};
-        op_matmul_multi(be, 3, ys, xn, ws, bs, n);
+        op_matmul_multi(be, 3, ys, a->xn, ws, bs, f->rows);
     }
     if (w->q_norm) {                                                 /* Qwen3, LFM2: per-head norms */
-        op_rmsnorm(be, s->q, s->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
-        op_rmsnorm(be, s->k, s->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
+        op_rmsnorm(be, a->q, a->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
+        op_rmsnorm(be, a->k, a->k, w->k_norm, c->norm_eps, n * c->n_head_kv, hd);
     }
     const int local = c->has_rope_local && c->layer_sliding[l];      /* Gemma: sliding layers' RoPE */
     const struct rope_config *rc = local ? &c->rope_local : &c->rope;
-    const float *inv_freq = local ? s->inv_freq_local : s->inv_freq;
-    rope(be, s->q, s->pos, inv_freq, rope_scale[local], n, c->n_head, hd, rc->n_dims);
-    rope(be, s->k, s->pos, inv_freq, rope_scale[local], n, c->n_head_kv, hd, rc->n_dims);
-    op_kv_store(be, s->k_cache[l], s->kv_type, s->k, pos0, n, KV, s->kv_stride);  /* cache k, v */
-    op_kv_store(be, s->v_cache[l], s->kv_type, s->v, pos0, n, KV, s->kv_stride);
+    const float *inv_freq = local ? a->inv_freq_local : a->inv_freq;
+    const int32_t *freq = cx->rope_dynamic[local] ? f->b->seg_of : NULL; /* dynamic: a table per sequence */
+    op_rope(be, a->q, f->b->pos, freq, inv_freq, cx->rope_scale[local], n, c->n_head, hd, rc->n_dims,
+            c->rope_interleaved);
+    op_rope(be, a->k, f->b->pos, freq, inv_freq, cx->rope_scale[local], n, c->n_head_kv, hd, rc->n_dims,
+            c->rope_interleaved);
+    op_kv_store(be, cx->kv_k[l], cx->kv_type, a->k, f->b->kv_row, n, KV, cx->kv_stride); /* cache k, v */
+    op_kv_store(be, cx->kv_v[l], cx->kv_type, a->v, f->b->kv_row, n, KV, cx->kv_stride);
     struct attn_args aa = {
-        .q = s->q, .out = s->att, .k_cache = s->k_cache[l], .v_cache = s->v_cache[l],
-        .kv_type = s->kv_type, .n_tok = n, .pos0 = pos0, .n_head = c->n_head,
-        .n_head_kv = c->n_head_kv, .head_dim = hd, .kv_stride = s->kv_stride,
+        .q = a->q, .out = a->att, .k_cache = cx->kv_k[l], .v_cache = cx->kv_v[l],
+        .kv_type = cx->kv_type, .kv_stride = cx->kv_stride, .n_head = c->n_head,
+        .n_head_kv = c->n_head_kv, .head_dim = hd,
         .window = c->layer_sliding[l] ? c->sliding_window : 0,
         .scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd),
-        .scratch = s->attn_scratch, .scratch_stride = s->n_ctx,
+        .segs = f->b->segs, .n_segs = f->b->n_segs,
     };
     op_attention(be, &aa);                                           /* att = softmax(q k^T) v */
-    if (c->attn_out_gate) op_sigmoid_mul(be, s->att, s->att, s->gate, (long)n * Q);
-    op_matmul(be, xn, s->att, &w->wo, w->bo, n);                     /* xn = att Wo^T */
+    if (c->attn_out_gate) op_sigmoid_mul(be, a->att, a->att, a->gate, (long)n * Q);
+    op_matmul(be, a->xn, a->att, &w->wo, w->bo, f->rows);            /* xn = att Wo^T */
     if (w->attn_post_norm)                                           /* Gemma: xn = norm(xn) */
-        op_rmsnorm(be, xn, xn, w->attn_post_norm, c->norm_eps, n, c->n_embd);
+        op_rmsnorm(be, a->xn, a->xn, w->attn_post_norm, c->norm_eps, n, c->n_embd);
 }
 
 /* Gated feed-forward of layer l (SwiGLU, or GELU-tanh for Gemma): xn (normed input) -> xn. */
-static void ffn_block(struct gerbil_session *s, int l, int n) {
-    const struct model_config *c = &s->model->cfg;
-    const struct layer_weights *w = &s->model->layers[l];
-    struct backend *be = &s->be;
-    const long nf = (long)n * c->n_ff;
-    float *const ys[2] = {s->gate, s->up};                           /* gate, up = xn W^T */
+static void ffn_block(const struct fwd *f, int l) {
+    const struct model_config *c = f->cfg;
+    const struct layer_weights *w = &f->c->model->layers[l];
+    struct backend *be = f->be;
+    const struct act_bufs *a = &f->c->a;
+    const long nf = (long)f->n * c->n_ff;
+    float *const ys[2] = {a->gate, a->up};                           /* gate, up = xn W^T */
     const struct gb_weight *const ws[2] = {&w->w_gate, &w->w_up};
     const float *const bs[2] = {w->b_gate, w->b_up};
-    op_matmul_multi(be, 2, ys, s->xn, ws, bs, n);
-    if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, s->gate, s->gate, s->up, nf);
-    else op_silu_mul(be, s->gate, s->gate, s->up, nf);               /* gate = act(gate) * up */
-    op_matmul(be, s->xn, s->gate, &w->w_down, w->b_down, n);         /* xn = gate Wd^T */
+    op_matmul_multi(be, 2, ys, a->xn, ws, bs, f->rows);
+    if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, a->gate, a->gate, a->up, nf);
+    else op_silu_mul(be, a->gate, a->gate, a->up, nf);               /* gate = act(gate) * up */
+    op_matmul(be, a->xn, a->gate, &w->w_down, w->b_down, f->rows);   /* xn = gate Wd^T */
     if (w->ffn_post_norm)                                            /* Gemma: xn = norm(xn) */
-        op_rmsnorm(be, s->xn, s->xn, w->ffn_post_norm, c->norm_eps, n, c->n_embd);
+        op_rmsnorm(be, a->xn, a->xn, w->ffn_post_norm, c->norm_eps, f->n, c->n_embd);
 }
 
-gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all) {
-    struct gerbil_model *m = s->model;
-    const struct model_config *c = &m->cfg;
-    struct backend *be = &s->be;
-    const int D = c->n_embd;
-    const int pos0 = s->n_past;
-    GB_ASSERT(n >= 1 && n <= s->n_batch && pos0 + n <= s->n_ctx);
+void llama_embed(const struct fwd *f) {
+    const struct gerbil_model *m = f->c->model;
+    op_get_rows(f->be, f->c->a.x, &m->tok_embd, f->b->tok, f->n);   /* x = embed(ids) */
+    if (m->embd_scale != 0.0f)                                       /* Gemma: x *= sqrt(D) */
+        op_scale(f->be, f->c->a.x, m->embd_scale, (long)f->n * m->cfg.n_embd);
+}
 
-    for (int t = 0; t < n; t++) s->pos[t] = pos0 + t;
-    float rope_scale[2] = {1.0f, 1.0f};                              /* [global, local] */
-    rope_freqs(&c->rope, pos0 + n, s->inv_freq, &rope_scale[0]);
-    if (c->has_rope_local) rope_freqs(&c->rope_local, pos0 + n, s->inv_freq_local, &rope_scale[1]);
-
-    float *x = s->x, *xn = s->xn;
-    op_get_rows(be, x, &m->tok_embd, ids, n);                        /* x = embed(ids) */
-    if (m->embd_scale != 0.0f) op_scale(be, x, m->embd_scale, (long)n * D); /* Gemma: x *= sqrt(D) */
-
+void llama_layers(const struct fwd *f) {
+    struct gerbil_context *cx = f->c;
+    const struct model_config *c = f->cfg;
+    struct backend *be = f->be;
+    const struct act_bufs *a = &cx->a;
+    const int D = c->n_embd, n = f->n;
     for (int l = 0; l < c->n_layer; l++) {
-        const struct layer_weights *w = &m->layers[l];
-        op_rmsnorm(be, xn, x, w->attn_norm, c->norm_eps, n, D);       /* xn = norm(x) */
+        const struct layer_weights *w = &cx->model->layers[l];
+        op_rmsnorm(be, a->xn, a->x, w->attn_norm, c->norm_eps, n, D);  /* xn = norm(x) */
         switch (c->layer_kind[l]) {
-        case LAYER_DELTANET: deltanet_forward(s, l, n); break;
-        case LAYER_SHORTCONV: shortconv_forward(s, l, n); break;
-        default: attention_block(s, l, n, rope_scale); break;
+        case LAYER_DELTANET: deltanet_forward(f, l); break;
+        case LAYER_SHORTCONV: shortconv_forward(f, l); break;
+        default: attention_block(f, l); break;
         }
-        op_add(be, x, xn, (long)n * D);                              /* x += mixer(xn) */
-        op_rmsnorm(be, xn, x, w->ffn_norm, c->norm_eps, n, D);        /* xn = norm(x) */
-        if (c->layer_moe && c->layer_moe[l]) moe_forward(s, l, n);
-        else ffn_block(s, l, n);
-        op_add(be, x, xn, (long)n * D);                              /* x += ffn(xn) */
+        op_add(be, a->x, a->xn, (long)n * D);                        /* x += mixer(xn) */
+        op_rmsnorm(be, a->xn, a->x, w->ffn_norm, c->norm_eps, n, D);   /* xn = norm(x) */
+        if (c->layer_moe && c->layer_moe[l]) moe_forward(f, l);
+        else ffn_block(f, l);
+        op_add(be, a->x, a->xn, (long)n * D);                        /* x += ffn(xn) */
+        for (int k = 0; k < cx->n_taps; k++)                         /* hidden states for the caller */
+            if (cx->tap_layers[k] == l && f->n_out > 0)
+                op_gather_rows(be, a->taps + (size_t)k * cx->n_batch * D, a->x, a->out_idx, f->n_out, D);
     }
+}
 
-    s->n_past += n;
-    if (!logits) return GERBIL_OK;
-    const float *rows = all ? x : x + (size_t)(n - 1) * D;
-    const int n_rows = all ? n : 1;
-    op_rmsnorm(be, xn, rows, m->out_norm, c->norm_eps, n_rows, D);   /* final norm */
-    op_matmul(be, logits, xn, &m->lm_head, NULL, n_rows);            /* logits = xn E^T */
+void llama_logits(const struct fwd *f, int n, const int32_t *span) {
+    const struct gerbil_model *m = f->c->model;
+    const struct model_config *c = f->cfg;
+    const struct act_bufs *a = &f->c->a;
+    op_rmsnorm(f->be, a->out_x, a->out_x, m->out_norm, c->norm_eps, n, c->n_embd);   /* final norm */
+    op_matmul(f->be, a->logits, a->out_x, &m->lm_head, NULL, (struct gb_rows){n, span}); /* logits = xn E^T */
     if (c->final_softcap > 0.0f)                                     /* cap tanh(logits / cap) */
-        op_softcap(be, logits, c->final_softcap, (long)n_rows * c->n_vocab);
-    return GERBIL_OK;
+        op_softcap(f->be, a->logits, c->final_softcap, (long)n * c->n_vocab);
 }

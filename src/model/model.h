@@ -2,9 +2,12 @@
 #ifndef GB_MODEL_H
 #define GB_MODEL_H
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "model/config.h"
+#include "model/kv_blocks.h"
 #include "model/weights.h"
+
+#include <pthread.h>
 
 struct layer_weights {
     const float *attn_norm;           /* (n_embd) */
@@ -51,55 +54,105 @@ struct layer_weights {
 struct gerbil_model {
     struct model_config cfg;
     struct weight_source src;
-    threadpool_t *tp;
-    int reference_kernels;
+    struct backend *be;               /* where the weights live and every op runs */
+    pthread_mutex_t lock;             /* one forward at a time on be (contexts of one model may
+                                         eval from different threads) */
+    int lock_ready;
     struct gb_weight tok_embd;        /* (n_vocab, n_embd) */
     const float *out_norm;            /* (n_embd) */
     struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
     float embd_scale;                 /* embeddings multiplied by this (Gemma 3); 0: not scaled */
     struct layer_weights *layers;     /* [n_layer] */
     struct gb_weight *experts;        /* 3 * n_expert per MoE layer, one block */
-    float *f32_store;                 /* norms and biases converted to f32, one block */
+    float *f32_store;                 /* norms and biases converted to f32 at load (host), then */
+    float *f32_dev;                   /* their copy in backend memory, which the layers point into */
+    size_t f32_bytes;
     size_t weight_bytes;
     int64_t n_params;
 };
 
-/* Per-sequence state and the activation buffers of one forward (sized at creation:
- * nothing is allocated while decoding). */
+/* ---- contexts: many sequences, one batch per forward (context.c) ---- */
+
+/* A sequence of a context. */
+struct ctx_seq {
+    int used;
+    int len;                /* KV positions held (= tokens evaluated) */
+    struct kv_table kv;     /* its blocks */
+    int ckpt_pos;           /* its recurrent state's checkpoint holds the state after ckpt_pos tokens (-1: none) */
+};
+
+/* The activation arena's buffers (backend memory) for n_batch rows. */
+struct act_bufs {
+    float *x, *xn, *q, *k, *v, *att, *gate, *up; /* (n_batch, width) */
+    float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
+    float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta, *dn_qkvz, *dn_ba; /* DeltaNet */
+    float *moe_prob, *moe_wsel;       /* (n_batch, n_expert), (n_batch, n_used) */
+    int32_t *moe_sel;                 /* (n_batch, n_used) */
+    float *moe_gate, *moe_up, *moe_y; /* (n_batch * n_used, n_ff_exp) x2, (n_batch * n_used, n_embd) */
+    float *moe_acc, *moe_shy, *moe_shg; /* (n_batch, n_embd) x2, (n_batch) */
+    float *sc_in, *sc_bx, *sc_conv;   /* short conv */
+    float *inv_freq, *inv_freq_local; /* (n_batch or 1, rope n_dims / 2): a table per segment for dynamic RoPE */
+    float *out_x;                     /* (OUT_CHUNK, n_embd) the rows whose outputs are wanted */
+    float *logits;                    /* (OUT_CHUNK, n_vocab) */
+    int32_t *out_idx;                 /* (n_batch) */
+    float *taps;                      /* (n_taps, n_batch, n_embd) */
+};
+
+enum { OUT_CHUNK = 64 }; /* output rows through the final norm and lm_head at a time */
+
+struct gerbil_context {
+    struct gerbil_model *model;
+    struct backend *be;
+    int n_ctx, n_batch, n_seq_max;
+    enum gb_type kv_type;
+    /* the KV pool (backend memory): n_blocks * KV_BLOCK rows, each every attention layer's
+     * K and V row (kv_stride elements); layer l's K of row 0 at kv_k[l], V at kv_v[l] */
+    void *kv_mem;
+    size_t kv_bytes;
+    int kv_stride;
+    void **kv_k, **kv_v;
+    struct kv_blocks blocks;
+    /* recurrent state (backend memory): n_seq_max slots, then n_seq_max checkpoints, each
+     * slot_floats; layer l's conv state at conv_off[l], delta-rule state at delta_off[l] */
+    float *rstate;
+    size_t slot_floats;
+    size_t *conv_off, *delta_off;
+    struct ctx_seq *seqs;             /* [n_seq_max] */
+    /* the arena */
+    void *arena;
+    size_t arena_bytes;
+    struct act_bufs a;
+    /* one forward's description (host), for n_batch rows */
+    struct gb_seg *segs;
+    int32_t *span, *seg_of, *tok, *kv_row, *pos;           /* (n_batch) gb_batch's arrays */
+    int32_t *row_user, *row_rank;     /* (n_batch) a row's place in the caller's batch, its output number or -1 */
+    int32_t *out_idx_host, *out_span, *out_user; /* (n_batch) output rows in lm_head order: row, span, number */
+    int32_t *seg_seq, *seg_n, *seg_outs, *seg_sorted; /* (n_batch) per segment: sequence, rows, outputs, an order */
+    int32_t *seq_rows, *seq_seg;      /* (n_seq_max) per sequence: rows counted, its segment */
+    float *freq_host;                 /* (n_batch, half) dynamic RoPE tables */
+    float rope_scale[2];              /* [global, local] attention factors (YaRN) */
+    int rope_dynamic[2];
+    /* taps and outputs of the last eval (host) */
+    int *tap_layers, n_taps;
+    int n_out;
+    float *logits;                    /* (cap_out, n_vocab) */
+    float *hidden;                    /* (n_taps, cap_out, n_embd) */
+    int cap_out;
+};
+
+/* A context's internals shared with the session layer (context.c). */
+gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *b, float *dest);
+void ctx_seq_reset(struct gerbil_context *cx, int32_t seq);
+/* dst's sequence did becomes a copy of src's sid (KV rows, recurrent state, checkpoint). */
+gerbil_status ctx_seq_copy(struct gerbil_context *dst, int32_t did, struct gerbil_context *src, int32_t sid);
+
+/* A session: one sequence in a context of its own. */
 struct gerbil_session {
     struct gerbil_model *model;
-    struct backend be;                /* the model's thread pool + this session's matmul scratch */
-    int n_ctx, n_past, n_batch;
-    enum gb_type kv_type;
-    void **k_cache, **v_cache;        /* [n_layer] -> rows of n_head_kv * head_dim, kv_stride apart */
-    void *kv_mem;                     /* the mapping they point into, n_ctx positions of: */
-    int kv_stride;                    /* every attention layer's K and V row (elements) */
-    float *x, *xn, *q, *k, *v, *att, *gate, *up; /* (n_batch, width) */
-    float *attn_scratch;              /* (n_threads, n_ctx) */
-    /* recurrent layers: one block holding every layer's conv and delta-rule state, so
-     * a snapshot is one copy; ckpt holds the state after token ckpt_pos (-1: none) */
-    float *rstate, *ckpt;
-    size_t rstate_floats;
-    int ckpt_pos;
-    float **conv_state;               /* [n_layer] -> (conv_kernel - 1, conv_dim) or NULL */
-    float **delta_state;              /* [n_layer] -> (nv, dv, dk): S^T per value head, or NULL */
-    /* conv_state of a LAYER_SHORTCONV layer: (conv_L_cache - 1, n_embd) */
-    float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
-    float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta; /* (n_batch, ...) DeltaNet */
-    float *dn_scratch;                /* (n_threads, delta_scratch_floats) */
-    float *dn_qkvz, *dn_ba;           /* (n_batch, ...) fused projections before un-interleaving */
-    /* MoE: router probabilities, each token's experts and weights, per-expert row lists */
-    float *moe_prob;                  /* (n_batch, n_expert) */
-    int32_t *moe_sel;                 /* (n_batch, n_used) */
-    float *moe_wsel;                  /* (n_batch, n_used) */
-    int32_t *moe_rows;                /* (n_batch): the tokens routed to one expert */
-    float *moe_rw;                    /* (n_batch): their routing weights */
-    float *moe_x, *moe_y, *moe_acc;   /* (n_batch, n_embd) */
-    float *moe_shg;                   /* (n_batch) shared-expert gate logits */
-    float *sc_in, *sc_bx, *sc_conv;   /* (n_batch, 3 * n_embd), (n_batch, n_embd) x2: short conv */
-    float *inv_freq;                  /* (rope n_dims / 2) */
-    float *inv_freq_local;            /* (rope_local n_dims / 2) when the model has a sliding-layer RoPE */
-    int32_t *pos;                     /* (n_batch) */
+    struct gerbil_context *ctx;
+    int32_t seq;
+    int32_t *seq_ids;                 /* (n_batch) all seq */
+    int8_t *flags;                    /* (n_batch) logits wanted */
 };
 
 /* Bind and validate the weights of cfg's architecture. */
@@ -111,26 +164,54 @@ struct binder {
     float *f32_next;   /* bump pointer into m->f32_store */
     size_t f32_left;
     float norm_add;    /* added to RMSNorm weights: 1 for zero-centred norms stored as w - 1 */
+    const float ***slots; /* the pointers bind_vector set, rebased when the block is uploaded */
+    int n_slots, cap_slots;
 };
 gerbil_status bind_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols, struct gb_weight *out);
 /* A float tensor of n elements (any shape with that many) converted to f32, + add. */
 gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float add, const float **out);
 
+/* One forward's view for the layer code: the context, its batch, its rows. */
+struct fwd {
+    struct gerbil_context *c;
+    const struct model_config *cfg;
+    struct backend *be;
+    const struct gb_batch *b;
+    int n;                /* rows */
+    struct gb_rows rows;  /* all of them, with their spans */
+    int n_out;            /* rows whose outputs are wanted: a.out_idx[0 .. n_out) */
+};
+
+/* The recurrent state of layer l: its conv window (off 0) or delta-rule state. */
+static inline struct gb_state ctx_state(const struct gerbil_context *c, size_t off) {
+    return (struct gb_state){c->rstate + off, c->slot_floats};
+}
+
 /* Gated DeltaNet layers (deltanet.c). */
 size_t deltanet_f32_floats(const struct model_config *c);
 gerbil_status deltanet_bind(struct binder *b, int layer, struct layer_weights *w);
 /* xn: the normed input rows; the mixer output replaces xn. */
-void deltanet_forward(struct gerbil_session *s, int layer, int n);
+void deltanet_forward(const struct fwd *f, int layer);
 /* Sparse MoE feed-forward (moe.c). */
 gerbil_status moe_bind(struct binder *b, int layer, struct layer_weights *w, struct gb_weight *experts);
 /* xn: the normed input rows; the block's output replaces xn. */
-void moe_forward(struct gerbil_session *s, int layer, int n);
+void moe_forward(const struct fwd *f, int layer);
 /* LFM2 short-convolution layers (shortconv.c). */
 size_t shortconv_f32_floats(const struct model_config *c);
 gerbil_status shortconv_bind(struct binder *b, int layer, struct layer_weights *w);
 /* xn: the normed input rows; the mixer output replaces xn. */
-void shortconv_forward(struct gerbil_session *s, int layer, int n);
-/* Forward n (<= s->n_batch) tokens at s->n_past; logits: NULL, last row, or all rows. */
-gerbil_status llama_forward(struct gerbil_session *s, const int32_t *ids, int n, float *logits, int all);
+void shortconv_forward(const struct fwd *f, int layer);
+/* x = the embeddings of the batch's token rows (rows given as embeddings are left alone). */
+void llama_embed(const struct fwd *f);
+/* The layers over a batch: x becomes the last hidden state; the output rows' hidden
+ * states after the tapped layers are gathered into the taps. */
+void llama_layers(const struct fwd *f);
+/* The final norm, lm_head (and softcap) of rows out_x[0 .. n) (spans as given) into logits. */
+void llama_logits(const struct fwd *f, int n, const int32_t *span);
+
+/* Recurrent layers' state sizes: a layer's floats and its conv part (context.c, model.c). */
+size_t layer_state_floats(const struct model_config *c, int l, size_t *conv);
+size_t kv_bytes_per_token(const struct model_config *c, size_t elt);
+enum { DEFAULT_MAX_CTX = 4096, DEFAULT_BATCH = 512 };
 
 #endif

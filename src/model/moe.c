@@ -75,78 +75,28 @@ gerbil_status moe_bind(struct binder *b, int l, struct layer_weights *w, struct 
     return GERBIL_OK;
 }
 
-/* Softmax over the n_expert router logits of each token, then its n_used largest
- * probabilities (ties: the lower index) and their weights. */
-static void route(struct gerbil_session *s, int n) {
-    const struct moe_config *m = &s->model->cfg.moe;
-    const int E = m->n_expert, K = m->n_used;
-    for (int t = 0; t < n; t++) {
-        float *p = s->moe_prob + (size_t)t * E;
-        float mx = p[0], sum = 0.0f;
-        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(p[e] - mx);
-            sum += p[e];
-        }
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        int32_t *sel = s->moe_sel + (size_t)t * K;
-        float *wsel = s->moe_wsel + (size_t)t * K, wsum = 0.0f;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (p[e] != -1.0f && (best < 0 || p[e] > p[best])) best = e;
-            sel[k] = best;
-            wsel[k] = p[best];
-            wsum += p[best];
-            p[best] = -1.0f; /* taken */
-        }
-        if (m->norm_topk_prob)
-            for (int k = 0; k < K; k++) wsel[k] /= wsum;
-    }
-}
-
-void moe_forward(struct gerbil_session *s, int l, int n) {
-    const struct model_config *c = &s->model->cfg;
+void moe_forward(const struct fwd *f, int l) {
+    const struct model_config *c = f->cfg;
     const struct moe_config *m = &c->moe;
-    const struct layer_weights *w = &s->model->layers[l];
-    struct backend *be = &s->be;
-    const int D = c->n_embd, E = m->n_expert, K = m->n_used;
-    const size_t row = (size_t)D * sizeof(float);
+    const struct layer_weights *w = &f->c->model->layers[l];
+    const struct act_bufs *a = &f->c->a;
+    struct backend *be = f->be;
+    const int n = f->n, D = c->n_embd, E = m->n_expert, K = m->n_used;
 
-    op_matmul(be, s->moe_prob, s->xn, &w->w_router, NULL, n);         /* router logits */
-    route(s, n);
-    memset(s->moe_acc, 0, (size_t)n * row);
-    for (int e = 0; e < E; e++) {
-        int cnt = 0;                                                  /* the rows routed to e */
-        for (int t = 0; t < n; t++)
-            for (int k = 0; k < K; k++)
-                if (s->moe_sel[(size_t)t * K + k] == e) {
-                    s->moe_rows[cnt] = t;
-                    s->moe_rw[cnt] = s->moe_wsel[(size_t)t * K + k];
-                    memcpy(s->moe_x + (size_t)cnt * D, s->xn + (size_t)t * D, row);
-                    cnt++;
-                }
-        if (!cnt) continue;
-        op_matmul(be, s->gate, s->moe_x, &w->exp_gate[e], NULL, cnt);
-        op_matmul(be, s->up, s->moe_x, &w->exp_up[e], NULL, cnt);
-        op_silu_mul(be, s->gate, s->gate, s->up, (long)cnt * m->n_ff_exp);
-        op_matmul(be, s->moe_y, s->gate, &w->exp_down[e], NULL, cnt);
-        for (int i = 0; i < cnt; i++) {
-            float *acc = s->moe_acc + (size_t)s->moe_rows[i] * D;
-            const float *y = s->moe_y + (size_t)i * D, rw = s->moe_rw[i];
-            for (int j = 0; j < D; j++) acc[j] += y[j] * rw;
-        }
-    }
+    op_matmul(be, a->moe_prob, a->xn, &w->w_router, NULL, f->rows);   /* router logits */
+    op_moe_route(be, a->moe_sel, a->moe_wsel, a->moe_prob, n, E, K, m->norm_topk_prob);
+    /* each row through its K experts (rows routed to one expert together) */
+    op_matmul_id(be, a->moe_gate, a->xn, 0, w->exp_gate, E, a->moe_sel, K, f->b, n);
+    op_matmul_id(be, a->moe_up, a->xn, 0, w->exp_up, E, a->moe_sel, K, f->b, n);
+    op_silu_mul(be, a->moe_gate, a->moe_gate, a->moe_up, (long)n * K * m->n_ff_exp);
+    op_matmul_id(be, a->moe_y, a->moe_gate, 1, w->exp_down, E, a->moe_sel, K, f->b, n);
+    op_moe_combine(be, a->moe_acc, a->moe_y, a->moe_sel, a->moe_wsel, n, K, D);
     /* the shared expert, gated per token */
-    op_matmul(be, s->gate, s->xn, &w->w_sh_gate, NULL, n);
-    op_matmul(be, s->up, s->xn, &w->w_sh_up, NULL, n);
-    op_silu_mul(be, s->gate, s->gate, s->up, (long)n * m->n_ff_shexp);
-    op_matmul(be, s->moe_y, s->gate, &w->w_sh_down, NULL, n);
-    op_matmul(be, s->moe_shg, s->xn, &w->w_sh_router, NULL, n);
-    for (int t = 0; t < n; t++) {
-        const float g = 1.0f / (1.0f + expf(-s->moe_shg[t]));
-        const float *acc = s->moe_acc + (size_t)t * D, *y = s->moe_y + (size_t)t * D;
-        float *out = s->xn + (size_t)t * D;
-        for (int j = 0; j < D; j++) out[j] = acc[j] + g * y[j];
-    }
+    float *const ys[2] = {a->gate, a->up};
+    const struct gb_weight *const ws[2] = {&w->w_sh_gate, &w->w_sh_up};
+    for (int i = 0; i < 2; i++) op_matmul(be, ys[i], a->xn, ws[i], NULL, f->rows);
+    op_silu_mul(be, a->gate, a->gate, a->up, (long)n * m->n_ff_shexp);
+    op_matmul(be, a->moe_shy, a->gate, &w->w_sh_down, NULL, f->rows);
+    op_matmul(be, a->moe_shg, a->xn, &w->w_sh_router, NULL, f->rows);
+    op_gated_add_rows(be, a->xn, a->moe_acc, a->moe_shy, a->moe_shg, n, D);
 }

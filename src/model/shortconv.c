@@ -63,16 +63,19 @@ gerbil_status shortconv_bind(struct binder *b, int l, struct layer_weights *w) {
     return GERBIL_OK;
 }
 
-void shortconv_forward(struct gerbil_session *s, int l, int n) {
-    const struct model_config *c = &s->model->cfg;
-    const struct layer_weights *w = &s->model->layers[l];
-    struct backend *be = &s->be;
-    const int D = c->n_embd;
-    const float *B = s->sc_in, *C = s->sc_in + D, *X = s->sc_in + 2 * D;
+void shortconv_forward(const struct fwd *f, int l) {
+    const struct model_config *c = f->cfg;
+    struct gerbil_context *cx = f->c;
+    const struct layer_weights *w = &cx->model->layers[l];
+    const struct act_bufs *a = &cx->a;
+    struct backend *be = f->be;
+    const int D = c->n_embd, n = f->n;
+    const float *B = a->sc_in, *C = a->sc_in + D, *X = a->sc_in + 2 * D;
 
-    op_matmul(be, s->sc_in, s->xn, &w->w_sc_in, w->b_sc_in, n);            /* [B | C | x] */
-    op_mul_rows(be, s->sc_bx, B, 3 * D, X, 3 * D, NULL, n, D);             /* Bx = B * x */
-    op_conv1d_causal(be, s->sc_conv, s->sc_bx, s->conv_state[l], w->conv_w, n, D, c->sc.kernel, 0);
-    op_mul_rows(be, s->sc_bx, C, 3 * D, s->sc_conv, D, w->b_conv, n, D);   /* y = C * (conv + bias) */
-    op_matmul(be, s->xn, s->sc_bx, &w->w_out, w->b_out, n);                /* xn = y W_out^T */
+    op_matmul(be, a->sc_in, a->xn, &w->w_sc_in, w->b_sc_in, f->rows);      /* [B | C | x] */
+    op_mul_rows(be, a->sc_bx, B, 3 * D, X, 3 * D, NULL, n, D);             /* Bx = B * x */
+    op_conv1d(be, a->sc_conv, a->sc_bx, ctx_state(cx, cx->conv_off[l]), w->conv_w, D, c->sc.kernel, 0,
+              f->b->segs, f->b->n_segs);
+    op_mul_rows(be, a->sc_bx, C, 3 * D, a->sc_conv, D, w->b_conv, n, D);   /* y = C * (conv + bias) */
+    op_matmul(be, a->xn, a->sc_bx, &w->w_out, w->b_out, f->rows);          /* xn = y W_out^T */
 }

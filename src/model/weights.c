@@ -1,5 +1,5 @@
 #include "model/weights.h"
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "base/status.h"
 #include "io/mmap.h"
 
@@ -196,13 +196,12 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
 /* Rearrange t's data, the n matrices w[0 .. n) (a stack's, or one), each on its own, for
  * the kernels where they want it and the data is the loader's own copy (not the file's
  * pages). Once per tensor: a tied embedding binds it twice. */
-static void pack(const struct gb_tensor *t, struct gb_weight *w, int64_t n) {
+static void pack(const struct weight_source *s, const struct gb_tensor *t, struct gb_weight *w, int64_t n) {
     struct gb_tensor *mt = (struct gb_tensor *)(uintptr_t)t; /* the checkpoint's own table */
-    if (!mt->packed && mt->in_memory && op_weight_wants_pack(&w[0])) {
-        for (int64_t i = 0; i < n; i++) op_weight_pack(&w[i]);
-        mt->packed = 1;
-    }
     for (int64_t i = 0; i < n; i++) w[i].packed = mt->packed;
+    if (!s->be) return;
+    s->be->ops->weight_prepare(s->be, w, n, mt->in_memory && !mt->packed);
+    mt->packed = w[0].packed;
 }
 
 /* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
@@ -249,7 +248,7 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
         .sb_type = sc->type, .scales = sc->data, .biases = bi->data, .name = t->name,
     };
     split_stack(&all, n_mat, rows, out);
-    pack(t, out, n_mat ? n_mat : 1);
+    pack(s, t, out, n_mat ? n_mat : 1);
     return GERBIL_OK;
 }
 
@@ -277,6 +276,7 @@ static gerbil_status matrices(const struct weight_source *s, const char *name, i
         .data = t->data, .row_bytes = type_row_size(t->type, cols), .name = t->name,
     };
     split_stack(&all, n_mat, rows, out);
+    pack(s, t, out, n_mat ? n_mat : 1);
     return GERBIL_OK;
 }
 

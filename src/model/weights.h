@@ -9,6 +9,8 @@
 #include "model/config.h"
 #include "tensor/weight.h"
 
+struct backend;
+
 struct weight_source {
     int is_gguf;
     enum model_arch arch;         /* GGUF names differ by architecture */
@@ -18,6 +20,8 @@ struct weight_source {
     /* Multimodal checkpoints nest the language model: "model.X" is stored as
      * model_prefix + "X" and "lm_head.X" as head_prefix + "lm_head.X". */
     char model_prefix[32], head_prefix[32];
+    /* the backend the matrices are bound for: it may rearrange them once (weight_prepare) */
+    struct backend *be;
 };
 
 /* Find where a safetensors checkpoint keeps the language model: "model." (text-only),

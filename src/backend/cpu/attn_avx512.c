@@ -57,13 +57,14 @@ static inline __m512 load_h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256
 enum { PV_R = 4, PV_C = 4 };
 
 static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *const *o, float (*sc)[KB],
-                                                          const uint16_t *vb, int kv_stride, int jb, int je) {
+                                                          const uint16_t *const *vrow, int c0, int jb, int je) {
     __m512 acc[PV_R][PV_C];
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_loadu_ps(o[r] + 16 * c);
     for (int j = jb; j < je; j++) {
         __m512 v[PV_C];
-        UNROLL for (int c = 0; c < C; c++) v[c] = load_h16(vb + (size_t)j * kv_stride + 16 * c);
+        const uint16_t *vb = vrow[j - jb] + 16 * c0;
+        UNROLL for (int c = 0; c < C; c++) v[c] = load_h16(vb + 16 * c);
         UNROLL for (int r = 0; r < R; r++) {
             __m512 p = _mm512_set1_ps(sc[r][j - jb]);
             UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(p, v[c], acc[r][c]);
@@ -73,29 +74,29 @@ static inline __attribute__((always_inline)) void pv_tile(int R, int C, float *c
         UNROLL for (int c = 0; c < C; c++) _mm512_storeu_ps(o[r] + 16 * c, acc[r][c]);
 }
 
-/* All nq queries over C chunks (o[i] already at the first), PV_R at a time. */
+/* All nq queries over C chunks from chunk c0 (o[i] already there), PV_R at a time. */
 static inline __attribute__((always_inline)) void pv_rows(int C, int nq, float *const *o, float (*sc)[KB],
-                                                          const uint16_t *vb, int kv_stride, int jb, int je) {
+                                                          const uint16_t *const *vrow, int c0, int jb, int je) {
     for (int i0 = 0; i0 < nq; i0 += PV_R) {
         switch (nq - i0 < PV_R ? nq - i0 : PV_R) {
-        case 4: pv_tile(4, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
-        case 3: pv_tile(3, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
-        case 2: pv_tile(2, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
-        default: pv_tile(1, C, o + i0, sc + i0, vb, kv_stride, jb, je); break;
+        case 4: pv_tile(4, C, o + i0, sc + i0, vrow, c0, jb, je); break;
+        case 3: pv_tile(3, C, o + i0, sc + i0, vrow, c0, jb, je); break;
+        case 2: pv_tile(2, C, o + i0, sc + i0, vrow, c0, jb, je); break;
+        default: pv_tile(1, C, o + i0, sc + i0, vrow, c0, jb, je); break;
         }
     }
 }
 
-static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *vb, int kv_stride, int jb, int je,
-                     int nc) {
+/* vrow[j - jb]: the value row (this kv head's) of key j. */
+static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *const *vrow, int jb, int je, int nc) {
     for (int c0 = 0; c0 < nc;) {
         float *oc[ATTN512_MAX_Q];
         for (int i = 0; i < nq; i++) oc[i] = o[i] + 16 * c0;
         if (nc - c0 >= PV_C) {
-            pv_rows(PV_C, nq, oc, sc, vb + 16 * c0, kv_stride, jb, je);
+            pv_rows(PV_C, nq, oc, sc, vrow, c0, jb, je);
             c0 += PV_C;
         } else { /* head_dim not a multiple of 64: the rest one chunk at a time */
-            pv_rows(1, nq, oc, sc, vb + 16 * c0, kv_stride, jb, je);
+            pv_rows(1, nq, oc, sc, vrow, c0, jb, je);
             c0++;
         }
     }
@@ -103,21 +104,24 @@ static void pv_block(int nq, float *const *o, float (*sc)[KB], const uint16_t *v
 
 /* Scores of keys [jb, je) for the nq queries, one key row at a time: each row converted
  * once, then a dot product and a horizontal sum per query (decode: few queries). */
-static void scores_rows(const struct attn_args *a, int kvh, const float *const *q, int nq, const int *jlo,
-                        const int *jhi, int jb, int je, float (*sc)[KB]) {
-    const int hd = a->head_dim, nc = hd / 16, kv_stride = a->kv_stride;
+static void scores_rows(const struct attn_args *a, const struct gb_seg *s, int kvh, const float *const *q, int nq,
+                        const int *jlo, const int *jhi, int jb, int je, const uint16_t *const *krow,
+                        const uint16_t *const *vrow, float (*sc)[KB]) {
+    const int hd = a->head_dim, nc = hd / 16;
     float kf[ATTN512_MAX_HD];
-    const uint16_t *vc = (const uint16_t *)a->v_cache;
+    const int n_kv = s->pos0 + s->n_rows; /* rows up to the segment's last are stored */
     for (int j = jb; j < je; j++) {
-        const uint16_t *k = (const uint16_t *)a->k_cache + (size_t)j * kv_stride + (size_t)kvh * hd;
+        const uint16_t *k = krow[j - jb];
         /* The cache rows come from DRAM in decode (the weights streamed since the last
          * layer evicted them), a latency per row: fetch the key row ATTN_PF_J ahead and
          * this value row, whose p v pass comes after the block (tg128, 1 thread: attention
          * 7.4% of the decode profile, all on the two f16 loads, before this) */
-        if (j + ATTN_PF_J < a->pos0 + a->n_tok) /* rows up to the last token are stored */
-            for (int c = 0; c < hd; c += 32) _mm_prefetch((const char *)(k + (size_t)ATTN_PF_J * kv_stride + c), _MM_HINT_T0);
-        for (int c = 0; c < hd; c += 32)
-            _mm_prefetch((const char *)(vc + (size_t)j * kv_stride + (size_t)kvh * hd + c), _MM_HINT_T0);
+        if (j + ATTN_PF_J < n_kv) {
+            const uint16_t *kn = (const uint16_t *)a->k_cache +
+                                 (size_t)kv_pool_row(s->blocks, j + ATTN_PF_J) * a->kv_stride + (size_t)kvh * hd;
+            for (int c = 0; c < hd; c += 32) _mm_prefetch((const char *)(kn + c), _MM_HINT_T0);
+        }
+        for (int c = 0; c < hd; c += 32) _mm_prefetch((const char *)(vrow[j - jb] + c), _MM_HINT_T0);
         for (int c = 0; c < nc; c++) _mm512_storeu_ps(kf + 16 * c, load_h16(k + 16 * c)); /* once for all */
         for (int i = 0; i < nq; i++) {
             if (j < jlo[i] || j > jhi[i]) { sc[i][j - jb] = -INFINITY; continue; }
@@ -168,16 +172,15 @@ static inline __attribute__((always_inline)) void scores_tile(int R, const struc
 /* The same with the block's keys transposed once (kt[d][j - jb], 16 x 16 at a time), so
  * 16 keys' scores are one FMA chain over d per query with no horizontal sums, SQ queries
  * at a time (scores_tile). Keys past je are zeros and masked. */
-static void scores_kt(const struct attn_args *a, int kvh, const float *const *q, int nq, const int *jlo,
-                      const int *jhi, int jb, int je, float (*sc)[KB], float (*kt)[KB]) {
-    const int hd = a->head_dim, nc = hd / 16, kv_stride = a->kv_stride;
+static void scores_kt(const struct attn_args *a, const float *const *q, int nq, const int *jlo, const int *jhi,
+                      int jb, int je, const uint16_t *const *krow, float (*sc)[KB], float (*kt)[KB]) {
+    const int hd = a->head_dim, nc = hd / 16;
     for (int g = 0; g < KB / 16; g++)
         for (int c = 0; c < nc; c++) {
             __m512i v[16];
             for (int r = 0; r < 16; r++) {
                 int j = jb + 16 * g + r;
-                v[r] = j < je ? _mm512_castps_si512(load_h16((const uint16_t *)a->k_cache + (size_t)j * kv_stride + (size_t)kvh * hd + 16 * c))
-                              : _mm512_setzero_si512();
+                v[r] = j < je ? _mm512_castps_si512(load_h16(krow[j - jb] + 16 * c)) : _mm512_setzero_si512();
             }
             transpose16_epi32(v);
             for (int d = 0; d < 16; d++) _mm512_store_ps(kt[16 * c + d] + 16 * g, _mm512_castsi512_ps(v[d]));
@@ -192,10 +195,11 @@ static void scores_kt(const struct attn_args *a, int kvh, const float *const *q,
     }
 }
 
-void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
+void attn_item_f16_avx512(const struct attn_args *a, const struct gb_seg *s, int t0, int nt, int kvh) {
     const int group = a->n_head / a->n_head_kv, hd = a->head_dim, nc = hd / 16;
-    const int kv_stride = a->kv_stride, nq = nt * group;
-    const uint16_t *vc = a->v_cache;
+    const int nq = nt * group;
+    const uint16_t *kc = (const uint16_t *)a->k_cache + (size_t)kvh * hd, *vc = (const uint16_t *)a->v_cache + (size_t)kvh * hd;
+    const uint16_t *krow[KB], *vrow[KB]; /* this kv head's rows of the block's keys (paged: any pool rows) */
     const float *q[ATTN512_MAX_Q];
     float *o[ATTN512_MAX_Q], m[ATTN512_MAX_Q], l[ATTN512_MAX_Q];
     int jlo[ATTN512_MAX_Q], jhi[ATTN512_MAX_Q];
@@ -203,9 +207,9 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     _Alignas(64) float kt[ATTN512_MAX_HD][KB];
     int lo = 1 << 30, hi = -1;
     for (int i = 0; i < nq; i++) {
-        int t = t0 + i / group, h = kvh * group + i % group, pos = a->pos0 + t;
-        q[i] = a->q + ((size_t)t * a->n_head + h) * hd;
-        o[i] = a->out + ((size_t)t * a->n_head + h) * hd;
+        int t = t0 + i / group, h = kvh * group + i % group, pos = s->pos0 + t, row = s->row0 + t;
+        q[i] = a->q + ((size_t)row * a->n_head + h) * hd;
+        o[i] = a->out + ((size_t)row * a->n_head + h) * hd;
         jhi[i] = pos;
         jlo[i] = (a->window > 0 && pos - a->window + 1 > 0) ? pos - a->window + 1 : 0;
         m[i] = -INFINITY;
@@ -216,9 +220,14 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
     }
     for (int jb = lo / KB * KB; jb <= hi; jb += KB) {
         int je = jb + KB <= hi + 1 ? jb + KB : hi + 1;
+        for (int j = jb; j < je; j++) {
+            size_t off = (size_t)kv_pool_row(s->blocks, j) * (size_t)a->kv_stride;
+            krow[j - jb] = kc + off;
+            vrow[j - jb] = vc + off;
+        }
         /* scores (-inf outside a query's range) */
-        if (nq >= KT_MIN_Q) scores_kt(a, kvh, q, nq, jlo, jhi, jb, je, sc, kt);
-        else scores_rows(a, kvh, q, nq, jlo, jhi, jb, je, sc);
+        if (nq >= KT_MIN_Q) scores_kt(a, q, nq, jlo, jhi, jb, je, krow, sc, kt);
+        else scores_rows(a, s, kvh, q, nq, jlo, jhi, jb, je, krow, vrow, sc);
         /* online softmax: rescale what came before, turn scores into weights */
         for (int i = 0; i < nq; i++) {
             if (je - 1 < jlo[i] || jb > jhi[i]) { /* no key here: weights 0 (add nothing) */
@@ -252,7 +261,7 @@ void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh) {
             m[i] = mn;
         }
         /* out += p v */
-        pv_block(nq, o, sc, vc + (size_t)kvh * hd, kv_stride, jb, je, nc);
+        pv_block(nq, o, sc, vrow, jb, je, nc);
     }
     for (int i = 0; i < nq; i++) {
         __m512 inv = _mm512_set1_ps(1.0f / l[i]);

@@ -3,7 +3,7 @@
 #ifndef GB_CPU_ATTN_AVX512_H
 #define GB_CPU_ATTN_AVX512_H
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 
 enum {
     /* queries per item: tokens x query heads per kv head. Each item transposes its key blocks
@@ -21,8 +21,8 @@ static inline int attn512_fits(const struct attn_args *a) {
            group * attn512_tokens(group) <= ATTN512_MAX_Q;
 }
 
-/* Tokens t0 .. t0 + nt - 1 (nt <= attn512_tokens) and the query heads of kv head kvh:
- * out = softmax(q k^T scale) v, as op_attention. */
-void attn_item_f16_avx512(const struct attn_args *a, int t0, int nt, int kvh);
+/* Rows t0 .. t0 + nt - 1 of segment s (nt <= attn512_tokens) and the query heads of kv
+ * head kvh: out = softmax(q k^T scale) v, as op_attention. */
+void attn_item_f16_avx512(const struct attn_args *a, const struct gb_seg *s, int t0, int nt, int kvh);
 
 #endif

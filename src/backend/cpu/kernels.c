@@ -70,6 +70,7 @@ struct matmul_job {
     enum gb_type wtype;
     int n_tok, n_in, n_out;
     int fast;
+    int per_token;     /* every token through the decode kernel (matmul_per_token) */
     int chunk;         /* columns per chunk, a multiple of COL_QUANTUM */
     _Atomic int next;  /* next chunk to take */
 };
@@ -82,7 +83,7 @@ static void matmul_worker(void *ctx, int ith, int nth) {
         int o_hi = o_lo + j->chunk < j->n_out ? (int)o_lo + j->chunk : j->n_out;
 #ifdef GERBIL_HAVE_X86
         if (j->fast) {
-            matmul_rows_avx2(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, (int)o_lo, o_hi);
+            matmul_rows_avx2(j->y, j->x, j->w, j->wtype, j->n_tok, j->n_in, j->n_out, (int)o_lo, o_hi, j->per_token);
             continue;
         }
 #endif
@@ -93,15 +94,15 @@ static void matmul_worker(void *ctx, int ith, int nth) {
 /* Every kernel computes each y element from its own row of w and token of x in an
  * order fixed by n_in alone, so neither the thread count nor the chunking (which
  * depends on it) can change a result bit. */
-void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
-            int n_tok, int n_in, int n_out) {
+static void matmul_run(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+                       int n_tok, int n_in, int n_out, int per_token) {
     GB_ASSERT(wtype == GB_TYPE_F32 || wtype == GB_TYPE_F16 || wtype == GB_TYPE_BF16);
     GB_ASSERT(n_tok >= 0 && n_in >= 0 && n_out >= 0);
     if (n_tok == 0 || n_out == 0) return;
     struct matmul_job job = {
         .y = y, .x = x, .w = w, .wtype = wtype,
         .n_tok = n_tok, .n_in = n_in, .n_out = n_out,
-        .fast = use_avx2(),
+        .fast = use_avx2(), .per_token = per_token,
     };
     atomic_init(&job.next, 0);
     double macs = (double)n_tok * n_in * n_out;
@@ -115,6 +116,16 @@ void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_t
     } else {
         tp_run(tp, matmul_worker, &job);
     }
+}
+
+void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+            int n_tok, int n_in, int n_out) {
+    matmul_run(tp, y, x, w, wtype, n_tok, n_in, n_out, 0);
+}
+
+void matmul_per_token(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+                      int n_tok, int n_in, int n_out) {
+    matmul_run(tp, y, x, w, wtype, n_tok, n_in, n_out, 1);
 }
 
 /* ---- attention helpers ------------------------------------------------------------ */

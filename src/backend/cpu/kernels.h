@@ -25,6 +25,11 @@ void matmul_rows_ref(float *y, const float *x, const void *w, enum gb_type wtype
  * arithmetic: reuse each loaded weight row across many tokens). */
 void matmul(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
             int n_tok, int n_in, int n_out);
+/* matmul with every token through the decode kernel (the results of n_tok one-token
+ * calls, bit for bit), each weight row read once for all of them: decode rows of many
+ * sequences batched together. */
+void matmul_per_token(threadpool_t *tp, float *y, const float *x, const void *w, enum gb_type wtype,
+                      int n_tok, int n_in, int n_out);
 
 /* Attention helpers over f16 or f32 rows (the KV cache). */
 float dot_f32_ref(const float *a, const float *b, int n);
@@ -69,6 +74,14 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
  * (may be NULL when that is 0). Quantized formats may quantize x once per call (to
  * 8-bit blocks) for their dot products; the per-format error bound is in the tests. */
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
+/* Batch invariance: matmul_w has two methods for some weights, the per-token kernels
+ * and one for many rows (the prefill GEMMs; for f32/f16/bf16 rows the register tiles,
+ * against the decode kernel for one token). Rows whose span (the rows of their own
+ * segment in the call) is at least matmul_w_min_span(w) may take the second; INT_MAX when
+ * this CPU has none for w. matmul_w(n_tok) is matmul_w_method(many = n_tok >= that). */
+int matmul_w_min_span(const struct gb_weight *w);
+void matmul_w_method(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work,
+                     int many);
 /* y[i] = x . w[i]^T for k (<= 4) matrices sharing x in one pass over the pool, with the
  * results of k matmul_w calls bit for bit; 1 where done, 0 (nothing done) where this
  * combination has no fused path (for now: one token, packed MLX 4-bit, AVX-512; or the
@@ -76,6 +89,10 @@ void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight
  * matmul_w(w[0], n_tok). */
 int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                    int n_tok, void *work);
+/* matmul_w_multi with the method chosen: many = 0 only the fused decode path (one token),
+ * many = 1 only the GEMMs. */
+int matmul_w_multi_method(threadpool_t *tp, int k, float *const *y, const float *x,
+                          const struct gb_weight *const *w, int n_tok, void *work, int many);
 
 /* Whether matmul_w reads w faster with its rows rearranged by qmatmul_pack (for now: MLX
  * 4-bit on CPUs with the AVX-512 kernels), and the rearrangement (weight_pack_mlx4: w's

@@ -135,6 +135,32 @@ static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in
     }
 }
 
+/* Several tokens each through the decode kernel (gemv_rows: its summation order, bit for
+ * bit): rows in groups of 4, every token of the call against a group before the next, so
+ * the group comes from DRAM once and from L1 for the other tokens (a group of 4 bf16
+ * rows of 4096 is 32 KiB). Batched decode rows take this path: a row's result is then
+ * the one it gets alone. */
+static ALWAYS_INLINE void gemv_tokens(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out,
+                                      int o_lo, int o_hi, enum gb_type t) {
+    size_t row_bytes = type_bytes(t) * (size_t)n_in;
+    const char *base = (const char *)w;
+    for (int o = o_lo; o < o_hi; o += 4) {
+        const char *p = base + (size_t)o * row_bytes;
+        int R = o_hi - o < 4 ? o_hi - o : 4;
+        const char *pf = R == 4 && o + PREFETCH_ROWS + 4 <= o_hi ? p + PREFETCH_ROWS * row_bytes : p;
+        for (int u = 0; u < n_tok; u++) {
+            float *yu = y + (size_t)u * n_out + o;
+            const float *xu = x + (size_t)u * n_in;
+            switch (R) {
+            case 4: gemv_rows(yu, xu, p, row_bytes, u == 0 ? pf : p, n_in, 4, t); break;
+            case 3: gemv_rows(yu, xu, p, row_bytes, p, n_in, 3, t); break;
+            case 2: gemv_rows(yu, xu, p, row_bytes, p, n_in, 2, t); break;
+            default: gemv_rows(yu, xu, p, row_bytes, p, n_in, 1, t); break;
+            }
+        }
+    }
+}
+
 /* ---- prefill: Y[t][o] = sum_i X[t][i] W[o][i] ------------------------------------- */
 
 enum {
@@ -257,17 +283,27 @@ static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_to
 static void gemv_f32(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F32); }
 static void gemv_f16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F16); }
 static void gemv_bf16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_BF16); }
+static void gemvt_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
+static void gemvt_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
+static void gemvt_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
 static void gemm_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
 static void gemm_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
 static void gemm_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
 
 void matmul_rows_avx2(float *y, const float *x, const void *w, enum gb_type wtype,
-                      int n_tok, int n_in, int n_out, int o_lo, int o_hi) {
+                      int n_tok, int n_in, int n_out, int o_lo, int o_hi, int per_token) {
     if (n_tok <= 0 || o_lo >= o_hi) return;
     if (n_in <= 0) { /* empty sums; gemm's panel loop would not run at all */
         for (int u = 0; u < n_tok; u++)
             for (int o = o_lo; o < o_hi; o++) y[(size_t)u * n_out + o] = 0.0f;
         return;
+    }
+    if (per_token && n_tok > 1) {
+        switch (wtype) {
+        case GB_TYPE_F32: gemvt_f32(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+        case GB_TYPE_F16: gemvt_f16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+        default: gemvt_bf16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+        }
     }
     if (n_tok == 1) {
         switch (wtype) {

@@ -10,10 +10,11 @@
 #include <stdint.h>
 
 /* matmul for output columns o in [o_lo, o_hi) only (y, x, w laid out as in matmul).
- * Each y element's summation order depends on n_in alone, never on o_lo/o_hi, so
- * any split of the columns over threads gives bit-identical results. */
+ * Each y element's summation order depends on n_in and on the method alone (the decode
+ * kernel for one token or per_token, else the prefill tiles), never on o_lo/o_hi or
+ * n_tok, so any split of the columns over threads gives bit-identical results. */
 void matmul_rows_avx2(float *y, const float *x, const void *w, enum gb_type wtype,
-                      int n_tok, int n_in, int n_out, int o_lo, int o_hi);
+                      int n_tok, int n_in, int n_out, int o_lo, int o_hi, int per_token);
 
 float dot_f32_avx2(const float *a, const float *b, int n);
 float dot_f32_f16_avx2(const float *a, const uint16_t *b, int n);

@@ -34,6 +34,7 @@
 #include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
 #include "backend/cpu/gemm_avx512.h" /* prefill GEMMs, where AVX512-BF16 is */
 
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -168,17 +169,15 @@ static void gemm_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* y[i] = x . w[i]^T, i < k, through the GEMMs; 1 when it ran (the CPU, the formats and n_tok
- * allow it: one GEMM kind, the same n_in and, for MLX, group size). */
+/* y[i] = x . w[i]^T, i < k, through the GEMMs, whatever n_tok (the callers choose by
+ * matmul_w_min_span); 1 when it ran (the CPU and the formats allow it: one GEMM kind, the
+ * same n_in and, for MLX, group size). */
 static int gemm_run(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                     int n_tok, void *work) {
 #ifdef GERBIL_HAVE_X86
     if (k < 1 || k > GEMM_MULTI || !qmatmul_has_bf16()) return 0;
     struct gjob j = {.x = x, .kind = gemm_kind_of(w[0]), .n_tok = n_tok, .k = k};
-    if (j.kind == GEMM_NONE) return 0;
-    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
-    if (min_tok < 0) min_tok = j.kind == GEMM_MLX16 ? GEMM_MIN_TOK_MLX : GEMM_MIN_TOK_BF16;
-    if (min_tok == 0 || n_tok < min_tok) return 0;
+    if (j.kind == GEMM_NONE || n_tok < 1) return 0;
     for (int i = 0; i < k; i++) {
         if (is_float_plain(w[i]) || gemm_kind_of(w[i]) != j.kind || w[i]->n_in != w[0]->n_in ||
             (j.kind == GEMM_MLX16 && w[i]->group_size != w[0]->group_size))
@@ -836,14 +835,32 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     return 64 + (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
+int matmul_w_min_span(const struct gb_weight *w) {
+    if (is_float_plain(w)) return 2; /* the prefill tiles from 2 tokens, the decode kernel for 1 */
+#ifdef GERBIL_HAVE_X86
+    enum gemm_kind kind = gemm_kind_of(w);
+    if (kind == GEMM_NONE || !cpu_has_avx2() || !qmatmul_has_bf16()) return INT_MAX;
+    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
+    if (min_tok < 0) min_tok = kind == GEMM_MLX16 ? GEMM_MIN_TOK_MLX : GEMM_MIN_TOK_BF16;
+    return min_tok == 0 ? INT_MAX : min_tok;
+#else
+    return INT_MAX;
+#endif
+}
+
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
+    matmul_w_method(tp, y, x, w, n_tok, work, n_tok >= matmul_w_min_span(w));
+}
+
+void matmul_w_method(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work,
+                     int many) {
     GB_ASSERT(n_tok >= 0 && w->n_in >= 0 && w->n_out >= 0);
     if (n_tok == 0 || w->n_out == 0) return;
     if (is_float_plain(w)) {
-        matmul(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
+        (many ? matmul : matmul_per_token)(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
         return;
     }
-    if (cpu_has_avx2() && gemm_run(tp, 1, &y, x, &w, n_tok, work)) return;
+    if (many && cpu_has_avx2() && gemm_run(tp, 1, &y, x, &w, n_tok, work)) return;
     struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
     atomic_init(&j.next, 0);
     if (w->kind == GB_WEIGHT_MLX) {
@@ -920,8 +937,13 @@ static void multi_worker(void *ctx, int ith, int nth) {
 
 int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                    int n_tok, void *work) {
+    return matmul_w_multi_method(tp, k, y, x, w, n_tok, work, n_tok > 1 && n_tok >= matmul_w_min_span(w[0]));
+}
+
+int matmul_w_multi_method(threadpool_t *tp, int k, float *const *y, const float *x,
+                          const struct gb_weight *const *w, int n_tok, void *work, int many) {
 #ifdef GERBIL_HAVE_X86
-    if (n_tok > 1) return cpu_has_avx2() && gemm_run(tp, k, y, x, w, n_tok, work); /* prefill */
+    if (many) return cpu_has_avx2() && gemm_run(tp, k, y, x, w, n_tok, work); /* prefill */
     if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
     const struct gb_weight *w0 = w[0];
     for (int i = 0; i < k; i++)
@@ -959,7 +981,7 @@ int matmul_w_multi(threadpool_t *tp, int k, float *const *y, const float *x, con
     else tp_run(tp, multi_worker, &m);
     return 1;
 #else
-    (void)tp; (void)k; (void)y; (void)x; (void)w; (void)n_tok; (void)work;
+    (void)tp; (void)k; (void)y; (void)x; (void)w; (void)n_tok; (void)work; (void)many;
     return 0;
 #endif
 }

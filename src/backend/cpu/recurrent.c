@@ -2,12 +2,12 @@
  * rolling state, per-head L2 norm, gated RMSNorm, sigmoid and product gates, and the gated delta
  * rule in its recurrent (decode) and chunked (prefill) forms. f32 throughout, in the
  * order of operations transformers uses, so results track its reference closely. */
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/parallel.h"
-#include "backend/ops.h"
 #include "base/status.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -25,9 +25,9 @@ static void sigmoid_mul_range(void *p, long lo, long hi) {
     for (long i = lo; i < hi; i++) a->y[i] = a->x[i] * sigmoidf(a->g[i]);
 }
 
-void op_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n) {
+void cpu_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n) {
     struct gate_args a = {.y = y, .x = x, .g = g};
-    parallel_range(be, n, 8, sigmoid_mul_range, &a);
+    parallel_range(cpu_of(be), n, 8, sigmoid_mul_range, &a);
 }
 
 struct mul_rows_args {
@@ -48,11 +48,11 @@ static void mul_rows_range(void *p, long lo, long hi) {
     }
 }
 
-void op_mul_rows(struct backend *be, float *y, const float *a, int a_stride, const float *b, int b_stride,
-                 const float *bias, int n_rows, int n) {
+void cpu_mul_rows(struct backend *be, float *y, const float *a, int a_stride, const float *b, int b_stride,
+                  const float *bias, int n_rows, int n) {
     struct mul_rows_args m = {.y = y, .a = a, .b = b, .bias = bias, .a_stride = a_stride, .b_stride = b_stride,
                               .n = n};
-    parallel_range(be, n_rows, n, mul_rows_range, &m);
+    parallel_range(cpu_of(be), n_rows, n, mul_rows_range, &m);
 }
 
 /* ---- causal depthwise conv1d ---- */
@@ -90,11 +90,17 @@ static void conv_channels(void *p, long lo, long hi) {
     }
 }
 
-void op_conv1d_causal(struct backend *be, float *y, const float *x, float *state, const float *w,
-                      int n_tok, int C, int K, int silu) {
+/* Each segment over its own state slot, its channels split over the pool. */
+void cpu_conv1d(struct backend *be, float *y, const float *x, struct gb_state state, const float *w, int C, int K,
+                int silu, const struct gb_seg *segs, int n_segs) {
     GB_ASSERT(K >= 1 && y != x);
-    struct conv_args a = {.y = y, .state = state, .x = x, .w = w, .n_tok = n_tok, .C = C, .K = K, .silu = silu};
-    parallel_range(be, C, (long)n_tok * K, conv_channels, &a);
+    for (int i = 0; i < n_segs; i++) {
+        const struct gb_seg *sg = &segs[i];
+        struct conv_args a = {.y = y + (size_t)sg->row0 * C, .state = state.base + (size_t)sg->state * state.slot_floats,
+                              .x = x + (size_t)sg->row0 * C, .w = w, .n_tok = sg->n_rows, .C = C, .K = K,
+                              .silu = silu};
+        parallel_range(cpu_of(be), C, (long)sg->n_rows * K, conv_channels, &a);
+    }
 }
 
 /* ---- norms ---- */
@@ -116,10 +122,10 @@ static void l2norm_range(void *p, long lo, long hi) {
     }
 }
 
-void op_l2norm_heads(struct backend *be, float *x, int n_tok, int n_heads, int d, int stride, float eps,
-                     float scale) {
+void cpu_l2norm_heads(struct backend *be, float *x, int n_rows, int n_heads, int d, int stride, float eps,
+                      float scale) {
     struct l2_args a = {.x = x, .n_heads = n_heads, .d = d, .stride = stride, .eps = eps, .scale = scale};
-    parallel_range(be, (long)n_tok * n_heads, d, l2norm_range, &a);
+    parallel_range(cpu_of(be), (long)n_rows * n_heads, d, l2norm_range, &a);
 }
 
 struct gnorm_args {
@@ -141,10 +147,35 @@ static void rmsnorm_gated_rows(void *p, long lo, long hi) {
     }
 }
 
-void op_rmsnorm_gated(struct backend *be, float *y, const float *x, const float *z, const float *w, float eps,
-                      int n_rows, int n) {
+void cpu_rmsnorm_gated(struct backend *be, float *y, const float *x, const float *z, const float *w, float eps,
+                       int n_rows, int n) {
     struct gnorm_args a = {.y = y, .x = x, .z = z, .w = w, .eps = eps, .n = n};
-    parallel_range(be, n_rows, n, rmsnorm_gated_rows, &a);
+    parallel_range(cpu_of(be), n_rows, n, rmsnorm_gated_rows, &a);
+}
+
+/* ---- Gated DeltaNet gates ---- */
+
+static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+struct dgate_args {
+    float *beta, *g;
+    const float *a, *dt_bias;
+    int nv;
+};
+
+static void dgate_range(void *p, long lo, long hi) {
+    const struct dgate_args *d = p;
+    for (long i = lo; i < hi; i++) {
+        const int h = (int)(i % d->nv);
+        d->beta[i] = 1.0f / (1.0f + expf(-d->beta[i]));
+        d->g[i] = d->a[h] * softplusf(d->g[i] + d->dt_bias[h]);
+    }
+}
+
+void cpu_deltanet_gates(struct backend *be, float *beta, float *g, const float *a, const float *dt_bias, int n_rows,
+                        int nv) {
+    struct dgate_args d = {.beta = beta, .g = g, .a = a, .dt_bias = dt_bias, .nv = nv};
+    parallel_range(cpu_of(be), (long)n_rows * nv, 16, dgate_range, &d);
 }
 
 /* ---- gated delta rule ---- */
@@ -171,9 +202,9 @@ static inline const float *dv_(const struct delta_args *a, int t, int h) {
 
 /* One token at a time, one pass over St per token: for each value channel j,
  * row = decay * row; kv = row . k; row += beta (v_j - kv) k; out_j = row . q. */
-static void delta_head_recurrent(const struct delta_args *a, int h, float *St) {
+static void delta_head_recurrent(const struct delta_args *a, int r0, int n, int h, float *St) {
     const int dk = a->dk, dv = a->dv, kh = key_head(a, h);
-    for (int t = 0; t < a->n_tok; t++) {
+    for (int t = r0; t < r0 + n; t++) {
         const float *q = dq(a, t, kh), *k = dk_(a, t, kh), *v = dv_(a, t, h);
         const float decay = expf(a->g[(size_t)t * a->nv + h]), beta = a->beta[(size_t)t * a->nv + h];
         float *out = a->out + ((size_t)t * a->nv + h) * dv;
@@ -195,7 +226,7 @@ static void transpose(float *dst, const float *src, int rows, int cols) { /* dst
 /* Chunks of L <= DELTA_CHUNK tokens: within a chunk the L rank-one updates become a
  * unit lower-triangular solve (the UT transform); the chunk then reads the state once
  * and writes it once, through matmuls. cum: cumulative log decay within the chunk. */
-static void delta_head_chunked(const struct delta_args *a, int h, float *St, float *scratch) {
+static void delta_head_chunked(const struct delta_args *a, int r0, int n, int h, float *St, float *scratch) {
     const int dk = a->dk, dv = a->dv, kh = key_head(a, h), C = DELTA_CHUNK;
     float *A = scratch;                        /* [C][C]: beta_i k_i.k_j decays, then q_i.k_j decays */
     float *Kc = A + (size_t)C * C;             /* [C][dk] keys */
@@ -210,8 +241,8 @@ static void delta_head_chunked(const struct delta_args *a, int h, float *St, flo
     float *Ut = cum + C;                       /* [dv][C] */
     float *KdT = Ut + (size_t)dv * C;          /* [dk][C] keys decayed to the chunk end, transposed */
     float *D = KdT + (size_t)dk * C;           /* [dv][dk] state update */
-    for (int t0 = 0; t0 < a->n_tok; t0 += C) {
-        const int L = a->n_tok - t0 < C ? a->n_tok - t0 : C;
+    for (int t0 = r0; t0 < r0 + n; t0 += C) { /* chunks from the segment's first row */
+        const int L = r0 + n - t0 < C ? r0 + n - t0 : C;
         float c = 0.0f;
         for (int i = 0; i < L; i++) {
             cum[i] = c += a->g[(size_t)(t0 + i) * a->nv + h];
@@ -266,22 +297,37 @@ static void delta_head_chunked(const struct delta_args *a, int h, float *St, flo
     }
 }
 
+/* Items: (segment, value head), split evenly over the threads; each item is one head's
+ * state and rows, whatever thread takes it. */
+struct delta_job {
+    const struct delta_args *a;
+    float *scratch;
+    size_t scratch_floats;
+};
+
 static void delta_worker(void *p, int ith, int nth) {
-    const struct delta_args *a = p;
-    float *scratch = a->scratch + (size_t)ith * delta_scratch_floats(a->dk, a->dv);
+    const struct delta_job *j = p;
+    const struct delta_args *a = j->a;
+    float *scratch = j->scratch + (size_t)ith * j->scratch_floats;
     long lo, hi;
-    tp_range(a->nv, ith, nth, &lo, &hi);
-    for (long h = lo; h < hi; h++) {
-        float *St = a->state + (size_t)h * a->dk * a->dv;
-        if (a->chunked) delta_head_chunked(a, (int)h, St, scratch);
-        else delta_head_recurrent(a, (int)h, St);
+    tp_range((long)a->n_segs * a->nv, ith, nth, &lo, &hi);
+    for (long item = lo; item < hi; item++) {
+        const struct gb_seg *sg = &a->segs[item / a->nv];
+        const int h = (int)(item % a->nv);
+        float *St = a->state.base + (size_t)sg->state * a->state.slot_floats + (size_t)h * a->dk * a->dv;
+        if (sg->n_rows > 1) delta_head_chunked(a, sg->row0, sg->n_rows, h, St, scratch);
+        else delta_head_recurrent(a, sg->row0, sg->n_rows, h, St);
     }
 }
 
-void op_delta_rule(struct backend *be, const struct delta_args *a) {
+void cpu_delta_rule(struct backend *be, const struct delta_args *a) {
+    struct cpu_backend *cb = cpu_of(be);
     GB_ASSERT(a->nk > 0 && a->nv % a->nk == 0);
-    if ((long)a->n_tok * a->nv * a->dk * a->dv < (1L << 15) || tp_n_threads(be->tp) == 1)
-        delta_worker((void *)a, 0, 1);
-    else
-        tp_run(be->tp, delta_worker, (void *)a);
+    const int nth = tp_n_threads(cb->tp);
+    GB_ASSERT(delta_scratch_floats(a->dk, a->dv) <= cb->delta_floats); /* reserve()d */
+    struct delta_job j = {.a = a, .scratch = cb->delta_scratch, .scratch_floats = cb->delta_floats};
+    long rows = 0;
+    for (int i = 0; i < a->n_segs; i++) rows += a->segs[i].n_rows;
+    if (rows * a->nv * a->dk * a->dv < (1L << 15) || nth == 1) delta_worker(&j, 0, 1);
+    else tp_run(cb->tp, delta_worker, &j);
 }

@@ -1,0 +1,77 @@
+/* The CPU backend (backend.h's table for this machine's cores): a thread pool of its
+ * own, host memory for every buffer, and the scratch its kernels need, sized by
+ * reserve() from the weights it was given (weight_prepare) so a forward allocates
+ * nothing. Internal to src/backend/cpu/. */
+#ifndef GB_CPU_BACKEND_H
+#define GB_CPU_BACKEND_H
+
+#include "backend/backend.h"
+#include "base/threadpool.h"
+
+#include <pthread.h>
+
+enum { CPU_MAX_SHAPES = 32, CPU_MAX_MAPS = 64, CPU_SEG_COUNT_BYTES = 12 };
+
+struct cpu_backend {
+    struct backend base;
+    threadpool_t *tp;
+    /* matmul scratch (x quantized for the kernels), and what sizes it: one weight of
+     * each distinct (format, n_in, group) the model has */
+    void *work;
+    size_t work_size;
+    struct gb_weight shapes[CPU_MAX_SHAPES];
+    int n_shapes;
+    int64_t max_n_in, max_n_out;
+    /* attention: n_threads rows of attn_floats (the scalar path's scores) */
+    float *attn_scratch;
+    size_t attn_floats;
+    /* delta rule: n_threads rows of delta_floats (grown on first use for a head size) */
+    float *delta_scratch;
+    size_t delta_floats;
+    /* matmul_id: the rows routed to one expert, gathered (inputs, outputs, indices, spans) */
+    float *id_x, *id_y;
+    int32_t *id_rows, *id_span, *id_cnt;
+    void *id_segs;          /* CPU_SEG_COUNT_BYTES per segment */
+    size_t id_rows_cap;
+    int reserved_rows, reserved_kv, reserved_sel;
+    /* buffers that are mappings of their own (GB_BUF_LAZY) */
+    void *maps[CPU_MAX_MAPS];
+    int n_maps;
+    pthread_mutex_t map_mu;
+};
+
+static inline struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
+
+struct backend *backend_cpu_new(int n_threads);
+
+/* fn(ctx, lo, hi) over contiguous parts of [0, n); on the caller alone when
+ * n * work_per_item is small (decode), where waking workers costs more than the work.
+ * Each item is handled by exactly one thread, so results do not depend on the count. */
+void parallel_range(struct cpu_backend *cb, long n, long work_per_item, void (*fn)(void *, long, long), void *ctx);
+
+/* Ops defined in recurrent.c. */
+void cpu_sigmoid_mul(struct backend *be, float *y, const float *x, const float *g, long n);
+void cpu_mul_rows(struct backend *be, float *y, const float *a, int a_stride, const float *b, int b_stride,
+                  const float *bias, int n_rows, int n);
+void cpu_conv1d(struct backend *be, float *y, const float *x, struct gb_state state, const float *w, int C, int K,
+                int silu, const struct gb_seg *segs, int n_segs);
+void cpu_l2norm_heads(struct backend *be, float *x, int n_rows, int n_heads, int d, int stride, float eps,
+                      float scale);
+void cpu_rmsnorm_gated(struct backend *be, float *y, const float *x, const float *z, const float *w, float eps,
+                       int n_rows, int n);
+void cpu_delta_rule(struct backend *be, const struct delta_args *a);
+void cpu_deltanet_gates(struct backend *be, float *beta, float *g, const float *a, const float *dt_bias, int n_rows,
+                        int nv);
+/* Floats of delta-rule scratch one thread needs for heads of dk x dv. */
+size_t delta_scratch_floats(int dk, int dv);
+
+/* Ops defined in cpu_moe.c. */
+void cpu_matmul_id(struct backend *be, float *y, const float *x, int x_per_slot, const struct gb_weight *stack,
+                   int n_mat, const int32_t *ids, int n_sel, const struct gb_batch *b, int n);
+void cpu_moe_route(struct backend *be, int32_t *ids, float *wsel, float *logits, int n, int n_expert, int k, int norm);
+void cpu_moe_combine(struct backend *be, float *out, const float *y, const int32_t *ids, const float *wsel, int n,
+                     int k, int width);
+void cpu_gated_add_rows(struct backend *be, float *out, const float *a, const float *y, const float *g, int n_rows,
+                        int n);
+
+#endif
