@@ -5,7 +5,7 @@
  * poisoned with NaN first, so an element the kernel skips cannot pass. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/qmatmul_avx512.h"
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "base/fp16.h"
 #include "test.h"
 
@@ -241,20 +241,19 @@ static void check_activations(int n) {
 }
 
 /* The ops split element-wise work over the pool: the same bits with 1, 2 or 3 threads. */
-static void check_activation_ops(threadpool_t *const pools[3]) {
+static void check_activation_ops(struct backend *const bes[3]) {
     const long n = 100003;
     float *g = malloc((size_t)n * sizeof(float)), *u = malloc((size_t)n * sizeof(float));
     float *y[3], *c[3], *s[3];
     for (long i = 0; i < n; i++) { g[i] = 6.0f * test_rand_f(&rng); u[i] = test_rand_f(&rng); }
     for (int p = 0; p < 3; p++) {
-        struct backend be = {.tp = pools[p]};
         y[p] = malloc((size_t)n * sizeof(float));
         c[p] = malloc((size_t)n * sizeof(float));
-        op_gelu_tanh_mul(&be, y[p], g, u, n);
+        op_gelu_tanh_mul(bes[p], y[p], g, u, n);
         s[p] = malloc((size_t)n * sizeof(float));
-        op_silu_mul(&be, s[p], g, u, n);
+        op_silu_mul(bes[p], s[p], g, u, n);
         memcpy(c[p], g, (size_t)n * sizeof(float));
-        op_softcap(&be, c[p], 3.0f, n);
+        op_softcap(bes[p], c[p], 3.0f, n);
     }
     for (int p = 1; p < 3; p++) {
         CHECKF(memcmp(y[p], y[0], (size_t)n * sizeof(float)) == 0, "op_gelu_tanh_mul differs with %d threads", p + 1);
@@ -265,43 +264,61 @@ static void check_activation_ops(threadpool_t *const pools[3]) {
     free(g); free(u);
 }
 
-/* op_attention over an f16 cache against a two-pass softmax in double: random q, k, v,
- * n_tok queries at pos0.. (keys across 64-position blocks), GQA, with and without a
- * window; bit-identical for pools of 1..3 threads; the batch and the same tokens fed one
- * at a time (decode) each within 2e-5 of the reference (on AVX-512 they sum the scores in
- * different orders). On AVX-512 machines this is the attn_avx512.c path, else the
- * scalar/AVX2 one. */
-static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_head, int n_head_kv, int hd,
+/* op_attention over a paged f16 cache against a two-pass softmax in double: random q, k,
+ * v, n_tok queries at pos0.. (keys across 64-position blocks), GQA, with and without a
+ * window; the sequence's positions in pool blocks taken in scrambled order; bit-identical
+ * for backends of 1..3 threads; the batch, the same tokens as n_tok one-row segments in
+ * one call (batched decode) and fed one at a time each within 2e-5 of the reference (on
+ * AVX-512 they sum the scores in different orders), and the latter two bit-identical to
+ * each other. On AVX-512 machines this is the attn_avx512.c path, else the scalar/AVX2 one. */
+static void check_attention(struct backend *bes[3], int n_tok, int pos0, int n_head, int n_head_kv, int hd,
                             int window) {
     int n_ctx = pos0 + n_tok, kvw = n_head_kv * hd, qw = n_head * hd, group = n_head / n_head_kv;
-    /* the session's layout: per position a K row, a V row (and here 16 NaNs, which must
-     * never be read), kvs elements apart */
+    const int n_blocks = (n_ctx + KV_BLOCK - 1) / KV_BLOCK + 3;
+    /* the context's layout: per pool row a K row, a V row (and here 16 NaNs, which must
+     * never be read), kvs elements apart; rows of blocks no position maps to are NaN too */
     int kvs = 2 * kvw + 16;
-    uint16_t *cache = malloc(sizeof(uint16_t) * (size_t)n_ctx * kvs), *kc = cache, *vc = cache + kvw;
+    int32_t *blocks = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) blocks[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) { /* a permutation of the pool's blocks */
+        int j = (int)(test_rand_u64(&rng) % (unsigned long long)(i + 1)), t = blocks[i];
+        blocks[i] = blocks[j];
+        blocks[j] = t;
+    }
+    const size_t rows = (size_t)n_blocks * KV_BLOCK;
+    uint16_t *cache = malloc(sizeof(uint16_t) * rows * kvs), *kc = cache, *vc = cache + kvw;
+    for (size_t i = 0; i < rows * kvs; i++) cache[i] = 0x7e00;
     for (int j = 0; j < n_ctx; j++)
-        for (int i = 0; i < kvs; i++)
-            cache[(size_t)j * kvs + i] = i < 2 * kvw ? f32_to_f16(test_rand_f(&rng)) : 0x7e00;
-    float *q = malloc(sizeof(float) * (size_t)n_tok * qw), *scratch = malloc(sizeof(float) * 3 * (size_t)n_ctx);
+        for (int i = 0; i < 2 * kvw; i++) cache[(size_t)kv_pool_row(blocks, j) * kvs + i] = f32_to_f16(test_rand_f(&rng));
+    float *q = malloc(sizeof(float) * (size_t)n_tok * qw);
     for (int i = 0; i < n_tok * qw; i++) q[i] = 3.0f * test_rand_f(&rng);
-    float *out[4];
-    for (int p = 0; p < 4; p++) out[p] = poisoned((size_t)n_tok * qw);
-    struct attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .kv_type = GB_TYPE_F16, .n_tok = n_tok, .pos0 = pos0,
-                          .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = window, .kv_stride = kvs,
-                          .scale = 1.0f / sqrtf((float)hd), .scratch = scratch, .scratch_stride = n_ctx};
+    float *out[5];
+    for (int p = 0; p < 5; p++) out[p] = poisoned((size_t)n_tok * qw);
+    struct gb_seg seg = {.row0 = 0, .n_rows = n_tok, .pos0 = pos0, .blocks = blocks};
+    struct attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .kv_type = GB_TYPE_F16, .kv_stride = kvs,
+                          .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .window = window,
+                          .scale = 1.0f / sqrtf((float)hd), .segs = &seg, .n_segs = 1};
     for (int p = 0; p < 3; p++) {
-        struct backend be = {.tp = pools[p]};
+        struct gb_reserve r = {.n_rows = n_tok, .n_kv = n_ctx};
+        CHECK(bes[p]->ops->reserve(bes[p], &r) == GERBIL_OK);
         a.out = out[p];
-        op_attention(&be, &a);
+        op_attention(bes[p], &a);
     }
-    struct backend be1 = {.tp = pools[1]};
+    struct gb_seg *one = malloc(sizeof *one * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) { /* decode: one token per call */
-        struct attn_args d = a;
-        d.q = q + (size_t)t * qw;
-        d.out = out[3] + (size_t)t * qw;
-        d.n_tok = 1;
-        d.pos0 = pos0 + t;
-        op_attention(&be1, &d);
+        struct gb_seg d = {.row0 = 0, .n_rows = 1, .pos0 = pos0 + t, .blocks = blocks};
+        struct attn_args b = a;
+        b.q = q + (size_t)t * qw;
+        b.out = out[3] + (size_t)t * qw;
+        b.segs = &d;
+        op_attention(bes[1], &b);
+        one[t] = (struct gb_seg){.row0 = t, .n_rows = 1, .pos0 = pos0 + t, .blocks = blocks};
     }
+    struct attn_args m = a; /* batched decode: n_tok segments of one row, one call */
+    m.out = out[4];
+    m.segs = one;
+    m.n_segs = n_tok;
+    op_attention(bes[2], &m);
     int bad = 0;
     double *sc = malloc(sizeof(double) * (size_t)n_ctx);
     for (int t = 0; t < n_tok; t++)
@@ -311,14 +328,16 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
             double mx = -1e300, sum = 0.0;
             for (int j = j0; j <= pos; j++) {
                 double s = 0.0;
-                for (int d = 0; d < hd; d++) s += (double)qv[d] * f16_to_f32(kc[(size_t)j * kvs + (size_t)kvh * hd + d]);
+                const size_t r = (size_t)kv_pool_row(blocks, j) * kvs + (size_t)kvh * hd;
+                for (int d = 0; d < hd; d++) s += (double)qv[d] * f16_to_f32(kc[r + d]);
                 sc[j] = s * (double)a.scale;
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = j0; j <= pos; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
             for (int d = 0; d < hd; d++) {
                 double o = 0.0;
-                for (int j = j0; j <= pos; j++) o += sc[j] / sum * f16_to_f32(vc[(size_t)j * kvs + (size_t)kvh * hd + d]);
+                for (int j = j0; j <= pos; j++)
+                    o += sc[j] / sum * f16_to_f32(vc[(size_t)kv_pool_row(blocks, j) * kvs + (size_t)kvh * hd + d]);
                 for (int p = 0; p < 4; p += 3) { /* the batch and the one-by-one run */
                     float got = out[p][(size_t)t * qw + (size_t)h * hd + d];
                     if (!(fabs(got - o) <= 2e-5) && bad++ < 3)
@@ -332,8 +351,10 @@ static void check_attention(threadpool_t *pools[3], int n_tok, int pos0, int n_h
            n_head_kv, hd, window, bad);
     CHECKF(memcmp(out[0], out[1], ny) == 0 && memcmp(out[0], out[2], ny) == 0,
            "attention n_tok %d hd %d window %d: results depend on the thread count", n_tok, hd, window);
-    for (int p = 0; p < 4; p++) free(out[p]);
-    free(cache); free(q); free(scratch); free(sc);
+    CHECKF(memcmp(out[3], out[4], ny) == 0,
+           "attention n_tok %d hd %d window %d: a one-row segment differs inside a batch of them", n_tok, hd, window);
+    for (int p = 0; p < 5; p++) free(out[p]);
+    free(cache); free(q); free(sc); free(blocks); free(one);
 }
 
 int main(int argc, char **argv) {
@@ -345,9 +366,11 @@ int main(int argc, char **argv) {
            seed, cpu_has_avx2() ? "yes" : "no");
 
     threadpool_t *pools[3];
+    struct backend *bes[3];
     for (int p = 0; p < 3; p++) {
         pools[p] = tp_create(p + 1);
         if (!pools[p]) { fprintf(stderr, "tp_create(%d) failed\n", p + 1); return 1; }
+        if (backend_new("cpu", p + 1, &bes[p]) != GERBIL_OK) { fprintf(stderr, "%s\n", gerbil_last_error()); return 1; }
     }
 
     for (int ti = 0; ti < COUNT(WTYPES); ti++)
@@ -380,13 +403,13 @@ int main(int argc, char **argv) {
     for (int off = 0; off <= qmatmul_has_avx512(); off++) {
         qmatmul_disable_avx512(off);
         /* items (AVX-512) of ATTN512_MAX_Q / group tokens: 64 queries */
-        check_attention(pools, 1, 0, 2, 1, 16, 0);
-        check_attention(pools, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; one item of 9 tokens */
-        check_attention(pools, 9, 60, 4, 2, 128, 7);  /* sliding window */
-        check_attention(pools, 100, 0, 4, 2, 64, 0);  /* items of 32 tokens (64 queries), 32, 32, 4 */
-        check_attention(pools, 70, 0, 6, 2, 48, 0);   /* group 3: items of 21 tokens (63 queries) */
-        check_attention(pools, 5, 130, 16, 1, 64, 0); /* group 16: items of 4 tokens */
-        check_attention(pools, 3, 3, 8, 8, 32, 2);
+        check_attention(bes, 1, 0, 2, 1, 16, 0);
+        check_attention(bes, 9, 60, 4, 2, 128, 0);  /* keys cross a 64-block; one item of 9 tokens */
+        check_attention(bes, 9, 60, 4, 2, 128, 7);  /* sliding window */
+        check_attention(bes, 100, 0, 4, 2, 64, 0);  /* items of 32 tokens (64 queries), 32, 32, 4 */
+        check_attention(bes, 70, 0, 6, 2, 48, 0);   /* group 3: items of 21 tokens (63 queries) */
+        check_attention(bes, 5, 130, 16, 1, 64, 0); /* group 16: items of 4 tokens */
+        check_attention(bes, 3, 3, 8, 8, 32, 2);
     }
     qmatmul_disable_avx512(0);
 
@@ -411,8 +434,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < COUNT(N_VEC); i++) check_dot_axpy(N_VEC[i]);
     for (int i = 0; i < COUNT(N_VEC); i++) check_activations(N_VEC[i]);
     check_activations(4099);
-    check_activation_ops(pools);
+    check_activation_ops(bes);
 
-    for (int p = 0; p < 3; p++) tp_free(pools[p]);
+    for (int p = 0; p < 3; p++) { tp_free(pools[p]); backend_free(bes[p]); }
     return test_done();
 }

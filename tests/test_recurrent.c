@@ -4,8 +4,7 @@
  * causal conv1d (whole sequence vs token by token), the strided gating product, and
  * session checkpoints / copies on the Qwen3.5 and LFM2 fixtures (a rewound or copied
  * session continues exactly as the original). */
-#include "backend/ops.h"
-#include "base/threadpool.h"
+#include "backend/backend.h"
 #include "gerbil.h"
 #include "test.h"
 
@@ -28,12 +27,12 @@ static float max_abs(const float *a, const float *b, size_t n) {
 }
 
 /* The definition, in double: S = e^g S; S += k (beta (v - S^T k))^T; out = S^T q. */
-static void delta_ref(const struct delta_args *a, double *S) {
+static void delta_ref(const struct delta_args *a, int n_tok, double *S) {
     const int dk = a->dk, dv = a->dv, grp = a->nv / a->nk;
     double *tmp = malloc(sizeof(double) * (size_t)dv);
     for (int h = 0; h < a->nv; h++) {
         double *Sh = S + (size_t)h * dk * dv;
-        for (int t = 0; t < a->n_tok; t++) {
+        for (int t = 0; t < n_tok; t++) {
             const float *q = a->x + (size_t)t * a->qk_stride + a->q_off + (size_t)(h / grp) * dk;
             const float *k = a->x + (size_t)t * a->qk_stride + a->k_off + (size_t)(h / grp) * dk;
             const float *v = a->x + (size_t)t * a->v_stride + a->v_off + (size_t)h * dv;
@@ -59,7 +58,7 @@ static void l2(float *v, int n, float scale) {
     for (int i = 0; i < n; i++) v[i] = (float)(v[i] / sqrt(ss + 1e-6) * scale);
 }
 
-static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int dv) {
+static void test_delta(struct backend *be, int n_tok, int nk, int nv, int dk, int dv) {
     const int stride = 2 * nk * dk + nv * dv;
     float *x = malloc(sizeof(float) * (size_t)n_tok * stride);
     float *g = malloc(sizeof(float) * (size_t)n_tok * nv), *beta = malloc(sizeof(float) * (size_t)n_tok * nv);
@@ -80,13 +79,12 @@ static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int 
     for (int h = 0; h < nv; h++) /* the op keeps S^T [dv][dk]; the reference S [dk][dv] */
         for (int i = 0; i < dk; i++)
             for (int j = 0; j < dv; j++) S[((size_t)h * dk + i) * dv + j] = init[((size_t)h * dv + j) * dk + i];
-    float *scratch = malloc(sizeof(float) * delta_scratch_floats(dk, dv) * (size_t)tp_n_threads(tp));
-    struct backend be = {.tp = tp};
+    struct gb_reserve rs = {.n_rows = n_tok, .delta_dk = dk, .delta_dv = dv};
+    CHECK(be->ops->reserve(be, &rs) == GERBIL_OK);
     struct delta_args a = {.x = x, .qk_stride = stride, .v_stride = stride, .q_off = 0, .k_off = nk * dk,
-                           .v_off = 2 * nk * dk, .g = g, .beta = beta, .n_tok = n_tok, .nk = nk, .nv = nv,
-                           .dk = dk, .dv = dv, .scratch = scratch};
+                           .v_off = 2 * nk * dk, .g = g, .beta = beta, .nk = nk, .nv = nv, .dk = dk, .dv = dv};
     a.out = ref_out;
-    delta_ref(&a, S);
+    delta_ref(&a, n_tok, S);
     float *ref_state = malloc(sizeof(float) * ns);
     for (int h = 0; h < nv; h++)
         for (int i = 0; i < dk; i++)
@@ -96,38 +94,47 @@ static void test_delta(threadpool_t *tp, int n_tok, int nk, int nv, int dk, int 
         state[chunked] = malloc(sizeof(float) * ns);
         memcpy(state[chunked], init, sizeof(float) * ns);
         a.out = out[chunked];
-        a.state = state[chunked];
-        a.chunked = chunked;
-        /* two calls: the state carries over the boundary (prefill then continuation) */
+        a.state = (struct gb_state){state[chunked], ns};
+        /* two calls: the state carries over the boundary (prefill then continuation); the
+         * recurrent form as one-row segments of the same sequence, one call per row */
         const int split = n_tok / 3;
-        struct delta_args b = a;
-        b.n_tok = split;
-        op_delta_rule(&be, &b);
-        b = a;
-        b.x = x + (size_t)split * stride;
-        b.g = g + (size_t)split * nv;
-        b.beta = beta + (size_t)split * nv;
-        b.out = out[chunked] + (size_t)split * nv * dv;
-        b.n_tok = n_tok - split;
-        op_delta_rule(&be, &b);
+        if (chunked) {
+            struct delta_args b = a;
+            struct gb_seg s0 = {.row0 = 0, .n_rows = split}, s1 = {.row0 = split, .n_rows = n_tok - split};
+            b.segs = &s0;
+            b.n_segs = 1;
+            if (split > 0) op_delta_rule(be, &b);
+            b.segs = &s1;
+            op_delta_rule(be, &b);
+        } else {
+            for (int t = 0; t < n_tok; t++) {
+                struct delta_args b = a;
+                struct gb_seg s1 = {.row0 = t, .n_rows = 1};
+                b.segs = &s1;
+                b.n_segs = 1;
+                op_delta_rule(be, &b);
+            }
+        }
         float d = max_abs(out[chunked], ref_out, no), ds = max_abs(state[chunked], ref_state, ns);
         CHECKF(d < 2e-4f && ds < 2e-4f, "delta rule (%s, T=%d nk=%d nv=%d dk=%d dv=%d, %d threads): out %g state %g",
-               chunked ? "chunked" : "recurrent", n_tok, nk, nv, dk, dv, tp_n_threads(tp), d, ds);
+               chunked ? "chunked" : "recurrent", n_tok, nk, nv, dk, dv, be->ops->n_threads(be), d, ds);
     }
     free(out[0]); free(out[1]); free(state[0]); free(state[1]);
-    free(x); free(g); free(beta); free(init); free(ref_out); free(S); free(scratch); free(ref_state);
+    free(x); free(g); free(beta); free(init); free(ref_out); free(S); free(ref_state);
 }
 
-static void test_conv(threadpool_t *tp, int n_tok, int C, int K, int silu) {
+static void test_conv(struct backend *be, int n_tok, int C, int K, int silu) {
     float *x = malloc(sizeof(float) * (size_t)n_tok * C), *w = malloc(sizeof(float) * (size_t)C * K);
     float *y1 = malloc(sizeof(float) * (size_t)n_tok * C), *y2 = malloc(sizeof(float) * (size_t)n_tok * C);
     float *s1 = calloc((size_t)(K - 1) * C, sizeof(float)), *s2 = calloc((size_t)(K - 1) * C, sizeof(float));
     fill(x, (size_t)n_tok * C, 1.0f);
     fill(w, (size_t)C * K, 1.0f);
-    struct backend be = {.tp = tp};
-    op_conv1d_causal(&be, y1, x, s1, w, n_tok, C, K, silu);
-    for (int t = 0; t < n_tok; t++)
-        op_conv1d_causal(&be, y2 + (size_t)t * C, x + (size_t)t * C, s2, w, 1, C, K, silu);
+    struct gb_seg whole = {.row0 = 0, .n_rows = n_tok, .state = 0};
+    op_conv1d(be, y1, x, (struct gb_state){s1, 0}, w, C, K, silu, &whole, 1);
+    for (int t = 0; t < n_tok; t++) {
+        struct gb_seg one = {.row0 = 0, .n_rows = 1, .state = 0};
+        op_conv1d(be, y2 + (size_t)t * C, x + (size_t)t * C, (struct gb_state){s2, 0}, w, C, K, silu, &one, 1);
+    }
     CHECKF(memcmp(y1, y2, sizeof(float) * (size_t)n_tok * C) == 0, "conv1d: whole sequence != token by token");
     CHECKF(memcmp(s1, s2, sizeof(float) * (size_t)(K - 1) * C) == 0, "conv1d: final states differ");
     /* the definition at one point: zero padding before the sequence */
@@ -144,16 +151,15 @@ static void test_conv(threadpool_t *tp, int n_tok, int C, int K, int silu) {
 }
 
 /* y[t][i] = a[t][i] * (b[t][i] + bias[i]) over strided rows, with and without the bias. */
-static void test_mul_rows(threadpool_t *tp, int n_rows, int n) {
+static void test_mul_rows(struct backend *be, int n_rows, int n) {
     const int as = 3 * n, bs = n + 5;
     float *a = malloc(sizeof(float) * (size_t)n_rows * as), *b = malloc(sizeof(float) * (size_t)n_rows * bs);
     float *bias = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n_rows * n);
     fill(a, (size_t)n_rows * as, 1.0f);
     fill(b, (size_t)n_rows * bs, 1.0f);
     fill(bias, (size_t)n, 0.5f);
-    struct backend be = {.tp = tp};
     for (int with_bias = 0; with_bias <= 1; with_bias++) {
-        op_mul_rows(&be, y, a + n, as, b, bs, with_bias ? bias : NULL, n_rows, n);
+        op_mul_rows(be, y, a + n, as, b, bs, with_bias ? bias : NULL, n_rows, n);
         int bad = 0;
         for (int t = 0; t < n_rows; t++)
             for (int i = 0; i < n; i++) {
@@ -161,7 +167,7 @@ static void test_mul_rows(threadpool_t *tp, int n_rows, int n) {
                 bad += y[(size_t)t * n + i] != want;
             }
         CHECKF(bad == 0, "mul_rows (%d rows of %d, bias %d, %d threads): %d wrong", n_rows, n, with_bias,
-               tp_n_threads(tp), bad);
+               be->ops->n_threads(be), bad);
     }
     free(a); free(b); free(bias); free(y);
 }
@@ -203,7 +209,8 @@ int main(void) {
     seed = (unsigned long long)time(NULL) * 2654435761ULL | 1;
     printf("seed %llu\n", seed);
     for (int nt = 1; nt <= 2; nt++) {
-        threadpool_t *tp = tp_create(nt);
+        struct backend *tp;
+        if (backend_new("cpu", nt, &tp) != GERBIL_OK) { CHECKF(0, "%s", gerbil_last_error()); return test_done(); }
         test_delta(tp, 150, 2, 4, 16, 24);   /* grouped heads, three chunks */
         test_delta(tp, 7, 3, 3, 8, 8);       /* a partial chunk */
         test_delta(tp, 1, 1, 2, 32, 16);     /* decode */
@@ -214,7 +221,7 @@ int main(void) {
         test_conv(tp, 1, 33, 3, 0);
         test_mul_rows(tp, 37, 64);
         test_mul_rows(tp, 1, 7);
-        tp_free(tp);
+        backend_free(tp);
     }
     test_sessions("tests/fixtures/qwen35-f32");
     test_sessions("tests/fixtures/lfm2-f32");     /* short-convolution state */

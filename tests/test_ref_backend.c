@@ -103,7 +103,8 @@ static void test_buffers(void) {
     o->weight_prepare(be, &w, 1, 1);
     /* nothing rearranged, nothing marked packed */
     CHECK(w.data == wd && w.type == GB_TYPE_F32 && w.row_bytes == 12 && !w.packed && wd[5] == 6.0f);
-    CHECK(o->reserve(be, 64, 4096, 8) == GERBIL_OK);
+    const struct gb_reserve rs = {.n_rows = 64, .n_kv = 4096, .n_sel = 8};
+    CHECK(o->reserve(be, &rs) == GERBIL_OK);
 }
 
 /* ---- matmuls ---- */

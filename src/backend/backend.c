@@ -1,6 +1,7 @@
 /* Backends by name. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/ref/ref_backend.h"
 #include "base/status.h"
 
 #include <string.h>
@@ -8,6 +9,7 @@
 gerbil_status backend_new(const char *name, int n_threads, struct backend **out) {
     *out = NULL;
     if (!name || !*name || !strcmp(name, "cpu")) *out = backend_cpu_new(n_threads);
-    else return err_set(GERBIL_ERR_UNSUPPORTED, "unknown backend \"%s\" (this build has: cpu)", name);
+    else if (!strcmp(name, "ref")) *out = backend_ref_new();
+    else return err_set(GERBIL_ERR_UNSUPPORTED, "unknown backend \"%s\" (this build has: cpu, ref)", name);
     return *out ? GERBIL_OK : GERBIL_ERR_NOMEM;
 }

@@ -55,7 +55,11 @@ static void ref_sync(struct backend *be) {}
 
 static void ref_weight_prepare(struct backend *be, struct gb_weight *w, int64_t n, int writable) {}
 
-static gerbil_status ref_reserve(struct backend *be, int n_rows, int n_kv, int n_sel) { return GERBIL_OK; }
+static gerbil_status ref_reserve(struct backend *be, const struct gb_reserve *r) {
+    (void)be;
+    (void)r;
+    return GERBIL_OK;
+}
 
 static void ref_batch_begin(struct backend *be, const struct gb_batch *b) {}
 
