@@ -16,6 +16,7 @@ struct cli_model_opts {
     int n_ctx;
     gerbil_kv_type kv_type;
     int use_mmap;
+    const char *backend;        /* --backend: cpu, ref (NULL: the default) */
     char path[4096];            /* the resolved local path */
 };
 
@@ -25,7 +26,7 @@ struct cli_model_opts {
 /* Try to consume argv[*i] (and its value) as a common option. Returns 1 if consumed,
  * 0 if not a common option, -1 on a bad value (message printed). */
 int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o);
-/* "--threads N  --kv-type f16|f32  --ctx-size N" help lines. */
+/* "--threads N  --kv-type f16|f32  --ctx-size N  --backend B ..." help lines. */
 void cli_print_model_opts_help(FILE *f);
 
 /* Strict number parsing: the whole string must be a number in range. */

@@ -125,6 +125,15 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
         o->use_mmap = 1;
         return 1;
     }
+    if (!strcmp(a, "--backend")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (strcmp(v, "cpu") && strcmp(v, "ref")) {
+            fprintf(stderr, "gerbil: --backend: expected cpu or ref, got \"%s\"\n", v);
+            return -1;
+        }
+        o->backend = v;
+        return 1;
+    }
     if (!strcmp(a, "--kv-type")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "f16")) o->kv_type = GERBIL_KV_F16;
@@ -149,7 +158,9 @@ void cli_print_model_opts_help(FILE *f) {
             "  -c, --ctx-size N     context size in tokens (default: the model's, at most 4096)\n"
             "      --kv-type T      KV cache type: f16 (default) or f32\n"
             "      --mmap           read weights in place from the file mapping instead of\n"
-            "                       copying them into memory (less memory, slower decode)\n");
+            "                       copying them into memory (less memory, slower decode)\n"
+            "      --backend B      where the model runs: cpu (default) or ref (every op through its\n"
+            "                       scalar reference kernel: slow, for checking numerics)\n");
 }
 
 /* A progress line for loads of big files: redrawn in place on a terminal, a line per
@@ -189,6 +200,7 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = o->n_threads;
     mp.use_mmap = o->use_mmap;
+    mp.backend = o->backend;
     mp.progress = load_progress;
     gerbil_status st = gerbil_model_load(o->model, &mp, m);
     if (st != GERBIL_OK) return cli_fail("cannot load model", st);

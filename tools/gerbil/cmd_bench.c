@@ -1,6 +1,9 @@
 /* gerbil bench: prompt processing (pp) and text generation (tg) speed, reported the
  * way llama-bench does: pp = one batch of P tokens from an empty context; tg = N
- * single-token steps from an empty context; mean and standard deviation over reps. */
+ * single-token steps from an empty context; mean and standard deviation over reps.
+ * --batch B: B sequences in one context (llama-batched-bench's shape): pp = each
+ * sequence's prompt evaluated in turn, tg = all B decoding together, one row each per
+ * step; both aggregate tokens/s. */
 #include "cli.h"
 #include "base/timer.h"
 
@@ -9,13 +12,16 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil bench --model M [-p 512] [-n 128] [-r 3] [--json] [options]\n\n"
+    fprintf(f, "usage: gerbil bench --model M [-p 512] [-n 128] [-r 3] [--batch B] [--json] [options]\n\n"
                "Measures prompt processing (P tokens in one batch) and generation (N tokens one at\n"
                "a time) in tokens/s, averaged over R repetitions after one warm-up.\n\noptions:\n"
                "  -p, --n-prompt P     prompt tokens (default 512; 0 skips)\n"
                "  -n, --n-gen N        generated tokens (default 128; 0 skips)\n"
                "  -r, --repetitions R  repetitions (default 3)\n"
-               "      --json           one JSON object with prompt_tokens_per_s and gen_tokens_per_s\n");
+               "  -b, --batch B        B sequences decoding together: generation is B rows per step\n"
+               "                       and tokens/s the total of all B (prompts: each in turn)\n"
+               "      --json           one JSON object with prompt_tokens_per_s and gen_tokens_per_s\n"
+               "                       (and \"batch\": B with --batch)\n");
     cli_print_model_opts_help(f);
 }
 
@@ -27,9 +33,57 @@ static void mean_sd(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
 }
 
+/* --batch B: B sequences of one context; pp[r] / tg[r] aggregate tokens/s. */
+static gerbil_status bench_batch(gerbil_model_t m, const struct cli_model_opts *o, int B, int n_prompt, int n_gen,
+                                 int reps, const int32_t *ids, double *pp, double *tg) {
+    gerbil_context_params cp = gerbil_context_default_params();
+    const int per = n_prompt + n_gen + 16; /* positions a sequence takes, a block spare */
+    cp.n_ctx = per * B;
+    cp.n_seq_max = B;
+    cp.n_batch = n_prompt > B ? (n_prompt < 512 ? n_prompt : 512) : B;
+    cp.kv_type = o->kv_type;
+    gerbil_context_t c;
+    gerbil_status st = gerbil_context_new(m, &cp, &c);
+    if (st != GERBIL_OK) return st;
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)(B > cp.n_batch ? B : cp.n_batch));
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B), *sid = malloc(sizeof(int32_t) * (size_t)B);
+    if (!seq || !tok || !sid) st = GERBIL_ERR_NOMEM;
+    for (int i = 0; st == GERBIL_OK && i < B; i++) st = gerbil_seq_new(c, &sid[i]);
+    for (int r = -1; r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
+        if (n_prompt > 0) {
+            for (int i = 0; i < B; i++) gerbil_seq_truncate(c, sid[i], 0);
+            double t0 = time_now_s();
+            for (int i = 0; i < B && st == GERBIL_OK; i++)
+                for (int done = 0; done < n_prompt && st == GERBIL_OK;) {
+                    int k = n_prompt - done < cp.n_batch ? n_prompt - done : cp.n_batch;
+                    for (int j = 0; j < k; j++) seq[j] = sid[i];
+                    gerbil_batch b = {.n_rows = k, .tokens = ids + done, .seq = seq};
+                    st = gerbil_context_eval(c, &b);
+                    done += k;
+                }
+            if (r >= 0) pp[r] = (double)B * n_prompt / (time_now_s() - t0);
+        }
+        if (n_gen > 0 && st == GERBIL_OK) {
+            for (int i = 0; i < B; i++) gerbil_seq_truncate(c, sid[i], 0);
+            double t0 = time_now_s();
+            for (int g = 0; g < n_gen && st == GERBIL_OK; g++) {
+                for (int i = 0; i < B; i++) { tok[i] = ids[(g + 7 * i) % (n_gen + 1)]; seq[i] = sid[i]; }
+                gerbil_batch b = {.n_rows = B, .tokens = tok, .seq = seq};
+                st = gerbil_context_eval(c, &b);
+            }
+            if (r >= 0) tg[r] = (double)B * n_gen / (time_now_s() - t0);
+        }
+    }
+    free(seq);
+    free(tok);
+    free(sid);
+    gerbil_context_free(c);
+    return st;
+}
+
 int cmd_bench(int argc, char **argv) {
     struct cli_model_opts o = {0};
-    int n_prompt = 512, n_gen = 128, reps = 3, json = 0;
+    int n_prompt = 512, n_gen = 128, reps = 3, json = 0, batch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -41,14 +95,15 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_prompt);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps);
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) bad = !(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 4096, &batch);
         else { fprintf(stderr, "gerbil bench: unknown option \"%s\"\n", a); help(stderr); return 2; }
         if (bad) return 2;
     }
     if (o.n_ctx == 0) o.n_ctx = n_prompt + n_gen > 0 ? n_prompt + n_gen : 1;
     gerbil_model_t m;
-    gerbil_session_t s;
-    if (cli_open(&o, &m, &s)) return 1;
-    if (n_prompt > gerbil_session_n_ctx(s) || n_gen > gerbil_session_n_ctx(s)) {
+    gerbil_session_t s = NULL;
+    if (cli_open(&o, &m, batch ? NULL : &s)) return 1;
+    if (s && (n_prompt > gerbil_session_n_ctx(s) || n_gen > gerbil_session_n_ctx(s))) {
         fprintf(stderr, "gerbil bench: -p/-n larger than the context size %d\n", gerbil_session_n_ctx(s));
         gerbil_session_free(s);
         gerbil_model_free(m);
@@ -62,10 +117,11 @@ int cmd_bench(int argc, char **argv) {
     if (!ids || !logits || !pp || !tg) { fprintf(stderr, "gerbil bench: out of memory\n"); return 1; }
     /* Fixed pseudo-random ids: the work does not depend on them. */
     unsigned x = 12345;
-    for (int i = 0; i < max_n; i++) { x = x * 1103515245u + 12345u; ids[i] = (int32_t)((x >> 8) % (unsigned)V); }
+    for (int i = 0; i <= max_n; i++) { x = x * 1103515245u + 12345u; ids[i] = (int32_t)((x >> 8) % (unsigned)V); }
 
     gerbil_status st = GERBIL_OK;
-    for (int r = -1; r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
+    if (batch) st = bench_batch(m, &o, batch, n_prompt, n_gen, reps, ids, pp, tg);
+    for (int r = -1; !batch && r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
         if (n_prompt > 0) {
             gerbil_session_reset(s);
             double t0 = time_now_s();
@@ -87,17 +143,22 @@ int cmd_bench(int argc, char **argv) {
         if (n_prompt > 0) mean_sd(pp, reps, &ppm, &pps);
         if (n_gen > 0) mean_sd(tg, reps, &tgm, &tgs);
         int threads = o.n_threads;
+        char bfield[32] = "", btest[16] = "";
+        if (batch) {
+            snprintf(bfield, sizeof bfield, ", \"batch\": %d", batch);
+            snprintf(btest, sizeof btest, " x%d", batch);
+        }
         if (json) {
             printf("{\"model\": \"%s\", \"n_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
                    "\"kv_type\": \"%s\", \"prompt_tokens_per_s\": %.3f, \"prompt_tokens_per_s_sd\": %.3f, "
-                   "\"gen_tokens_per_s\": %.3f, \"gen_tokens_per_s_sd\": %.3f}\n",
+                   "\"gen_tokens_per_s\": %.3f, \"gen_tokens_per_s_sd\": %.3f%s}\n",
                    o.ref, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
-                   ppm, pps, tgm, tgs);
+                   ppm, pps, tgm, tgs, bfield);
         } else {
-            printf("| %-40s | %7s | %8s | %16s |\n", "model", "threads", "test", "t/s");
-            printf("| %-40s | %7s | %8s | %16s |\n", "----", "----", "----", "----");
-            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.ref, threads, "pp", n_prompt, ppm, pps);
-            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d | %8.2f ± %5.2f |\n", o.ref, threads, "tg", n_gen, tgm, tgs);
+            printf("| %-40s | %7s | %12s | %16s |\n", "model", "threads", "test", "t/s");
+            printf("| %-40s | %7s | %12s | %16s |\n", "----", "----", "----", "----");
+            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d%-4s | %8.2f ± %5.2f |\n", o.ref, threads, "pp", n_prompt, btest, ppm, pps);
+            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d%-4s | %8.2f ± %5.2f |\n", o.ref, threads, "tg", n_gen, btest, tgm, tgs);
         }
     }
     free(ids); free(logits); free(pp); free(tg);
