@@ -421,6 +421,82 @@ AI void sb_prefetch(const char *sr, const char *br, size_t sbr) {
     }
 }
 
+/* Several tokens against a whole quad (4 rows x T <= QT tokens): the same float operations
+ * per (row, token) as mlx4p_tile, so the same bits, with the integer work tiled for
+ * batched decode. A set's 16 block sums of each (row, token) are exact int32s, so any
+ * order of the integer products gives them: here the high bytes of x first for all four
+ * chunks, the sum shifted by 8, then the low bytes added on, which leaves one int32
+ * accumulator per (row, token) in registers (16) where mlx4p_tile keeps two; the float
+ * accumulators, updated once per set, live in memory. Each 64-byte load of x then feeds
+ * 4 rows and each code load 4 tokens (mlx4p_tile(1, 4): one row per x load). */
+enum { QT = 4 };
+
+AI void mlx4p_quad(int T, int n, int gs, const uint8_t *codes, const char *sc, const char *bi, size_t sbr,
+                   enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr, float *y, size_t ldy) {
+    int lg = __builtin_ctz((unsigned)gs), ng = n >> lg, nb = n / 32;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    _Alignas(64) float facc[QR][QT][16];
+    UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) _mm512_store_ps(facc[r][t], _mm512_setzero_ps());
+    for (int g0 = 0; g0 < ng; g0 += 16) {
+        __m512 s16[QR];
+        {   /* group_run, the float accumulators in memory */
+            __m512 acc[QR][TILE_TMAX];
+            UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_load_ps(facc[r][t]);
+            group_run(QR, T, g0, ng, sc, bi, sbr, sbt, gsum, gstr, s16, acc);
+            UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) _mm512_store_ps(facc[r][t], acc[r][t]);
+        }
+        int s0 = (g0 << lg) / 512, s1 = ((g0 + 16) << lg) / 512;
+        if (s1 > (nb + 15) / 16) s1 = (nb + 15) / 16;
+        for (int s = s0; s < s1; s++) {
+            int bs = nb - 16 * s >= 16 ? 16 : nb - 16 * s;
+            __mmask16 lm = lanes16(bs);
+            const uint8_t *cs = codes + (size_t)QR * 256 * (size_t)s;
+            __m512i ai[QR][QT];
+            UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) ai[r][t] = _mm512_setzero_si512();
+            UNROLL for (int half = 0; half < 2; half++) { /* 0: high bytes of x, 1: low bytes */
+                if (half) UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) ai[r][t] = _mm512_slli_epi32(ai[r][t], 8);
+                UNROLL for (int j = 0; j < 4; j++) {
+                    __m512i we[QR], wo[QR];
+                    UNROLL for (int r = 0; r < QR; r++) {
+                        const uint8_t *cj = cs + (size_t)(QR * j + r) * (size_t)(4 * bs);
+                        if (!half) _mm_prefetch((const char *)cj + DEC4_PF_L1, _MM_HINT_T0);
+                        __m512i v = bs == 16 ? _mm512_loadu_si512(cj) : _mm512_maskz_loadu_epi32(lm, cj);
+                        __asm__("" : "+v"(v));
+                        we[r] = _mm512_and_si512(v, m4);
+                        wo[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    }
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const uint8_t *xb = ((const struct qx512 *)(xq + (size_t)t * xs) + s)->q[j] + 128 * half;
+                        __m512i xe = _mm512_loadu_si512(xb), xo = _mm512_loadu_si512(xb + 64);
+                        UNROLL for (int r = 0; r < QR; r++) {
+                            if (!half) {
+                                ai[r][t] = _mm512_dpbusd_epi32(ai[r][t], we[r], xe);
+                                ai[r][t] = _mm512_dpbusd_epi32(ai[r][t], wo[r], xo);
+                            } else {
+                                ai[r][t] = _mm512_dpbusd_epi32(ai[r][t], xe, we[r]);
+                                ai[r][t] = _mm512_dpbusd_epi32(ai[r][t], xo, wo[r]);
+                            }
+                        }
+                    }
+                }
+            }
+            __m512i gi = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(16 * s)), lg - 5),
+                                          _mm512_set1_epi32(g0));
+            UNROLL for (int r = 0; r < QR; r++) {
+                __m512 sv = _mm512_permutexvar_ps(gi, s16[r]);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const struct qx512 *xt = (const struct qx512 *)(xq + (size_t)t * xs) + s;
+                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[r][t]), _mm512_loadu_ps(xt->dv));
+                    _mm512_store_ps(facc[r][t], _mm512_fmadd_ps(f, sv, _mm512_load_ps(facc[r][t])));
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < QR; r++) UNROLL for (int t = 0; t < T; t++) y[(size_t)t * ldy + r] =
+        _mm512_reduce_add_ps(_mm512_load_ps(facc[r][t]));
+}
+
 void mlxdot4p_avx512(int n, int gs, int64_t n_out, const uint8_t *codes, size_t rb, const void *sc, const void *bi,
                      size_t sbr, enum gb_type sbt, int o, int nr, const struct qx512 *xq, size_t xs, const float *gsum,
                      size_t gstr, int nt, float *y, size_t ldy) {
@@ -449,7 +525,21 @@ void mlxdot4p_avx512(int n, int gs, int64_t n_out, const uint8_t *codes, size_t 
         for (int u = 0; u < nt; u += PT) {
             const char *xu = (const char *)xq + (size_t)u * xs;
             const float *gu = gsum + (size_t)u * gstr;
-            for (int r = b0; r < b1; r++) {
+            for (int r = b0; r < b1;) {
+                if (r % QR == 0 && r + QR <= b1 && r + QR <= n4) { /* a whole quad: mlx4p_quad */
+                    const char *sr = (const char *)sc + (size_t)r * sbr, *br = (const char *)bi + (size_t)r * sbr;
+                    float *yu = y + (r - o) + (size_t)u * ldy;
+                    const uint8_t *cr = codes + (size_t)r * rb;
+                    switch (nt - u < QT ? nt - u : QT) {
+                    case 4: mlx4p_quad(4, n, gs, cr, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
+                    case 3: mlx4p_quad(3, n, gs, cr, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
+                    case 2: mlx4p_quad(2, n, gs, cr, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
+                    default: mlx4p_quad(1, n, gs, cr, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
+                    }
+                    r += QR;
+                    continue;
+                }
+                {
                 const char *sr = (const char *)sc + (size_t)r * sbr, *br = (const char *)bi + (size_t)r * sbr;
                 float *yu = y + (r - o) + (size_t)u * ldy;
                 int q = r < n4 ? QR : 1, i0 = r < n4 ? r % QR : 0;
@@ -461,6 +551,8 @@ void mlxdot4p_avx512(int n, int gs, int64_t n_out, const uint8_t *codes, size_t 
                 case 2: mlx4p_tile(1, 2, n, gs, cr, q, i0, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
                 default: mlx4p_tile(1, 1, n, gs, cr, q, i0, sr, br, sbr, sbt, xu, xs, gu, gstr, yu, ldy); break;
                 }
+                }
+                r++;
             }
         }
     }
