@@ -15,11 +15,13 @@
  *    truncate + re-eval equals a fresh eval; a recurrent checkpoint restored equals
  *    re-running; a full KV cache and bad rows are refused with nothing changed;
  *  - hidden-state taps and embedding rows: a row given as its token's embedding equals
- *    the token row, and taps of the last layer feed the logits. */
+ *    the token row, and taps of the last layer feed the logits;
+ *  - two sessions of one model evaluating from two threads at once get what they get alone. */
 #include "gerbil.h"
 #include "io/safetensors.h"
 #include "test.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -438,6 +440,58 @@ static void test_embd_and_taps(void) {
     gerbil_model_free(m);
 }
 
+/* Two contexts of one model evaluated from two threads at once: each gets what it gets
+ * alone (their evals take turns on the model's backend). */
+struct worker_arg {
+    gerbil_model_t m;
+    const int32_t *tok;
+    int n;
+    float *out; /* [n][V]: one token per eval after a prompt of n / 2 */
+    int rc;
+};
+
+static void *worker(void *p) {
+    struct worker_arg *w = p;
+    const int V = gerbil_model_n_vocab(w->m);
+    gerbil_session_params sp = gerbil_session_default_params();
+    sp.n_ctx = w->n + 8;
+    gerbil_session_t s;
+    w->rc = gerbil_session_new(w->m, &sp, &s) != GERBIL_OK;
+    for (int rep = 0; rep < 20 && !w->rc; rep++) {
+        gerbil_session_reset(s);
+        w->rc |= gerbil_session_eval(s, w->tok, w->n / 2, w->out, 1) != GERBIL_OK;
+        for (int t = w->n / 2; t < w->n && !w->rc; t++)
+            w->rc |= gerbil_session_eval(s, w->tok + t, 1, w->out + (size_t)t * V, 0) != GERBIL_OK;
+    }
+    if (!w->rc) gerbil_session_free(s);
+    return NULL;
+}
+
+static void test_threads(void) {
+    gerbil_model_t m = load("tests/fixtures/qwen35-f32", 2);
+    if (!m) return;
+    const int V = gerbil_model_n_vocab(m), n = 24;
+    int32_t tok[2][24];
+    for (int i = 0; i < n; i++) { tok[0][i] = (int32_t)(3 + i * 11 % (V - 3)); tok[1][i] = (int32_t)(5 + i * 29 % (V - 5)); }
+    struct worker_arg a[2], solo[2];
+    for (int k = 0; k < 2; k++) {
+        a[k] = (struct worker_arg){.m = m, .tok = tok[k], .n = n, .out = malloc(sizeof(float) * V * n)};
+        solo[k] = a[k];
+        solo[k].out = malloc(sizeof(float) * V * n);
+        worker(&solo[k]);
+    }
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) CHECK(pthread_create(&th[k], NULL, worker, &a[k]) == 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        CHECKF(!a[k].rc && !solo[k].rc, "thread %d: an eval failed", k);
+        CHECKF(!memcmp(a[k].out, solo[k].out, sizeof(float) * V * n), "thread %d: results differ from a run alone", k);
+        free(a[k].out);
+        free(solo[k].out);
+    }
+    gerbil_model_free(m);
+}
+
 int main(int argc, char **argv) {
     rng = argc > 1 ? strtoull(argv[1], NULL, 0) : (unsigned long long)time(NULL) * 2654435761ULL | 1;
     printf("test_batch: seed %llu (rerun with this argument to reproduce)\n", rng);
@@ -456,6 +510,7 @@ int main(int argc, char **argv) {
     test_sequences("qwen3next-f32", 1);
     test_sequences("lfm2-f32", 1);
     test_embd_and_taps();
+    test_threads();
     if (tmpdir) {
         char cmd[256];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
