@@ -42,6 +42,7 @@
 
 #include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/mlx_packed.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "backend/cpu/qmatmul_vnni.h"
 #include "base/fp16.h"
@@ -343,7 +344,7 @@ static void check_packed(const struct gb_weight *w, const float *deq, const floa
     float *row = malloc((size_t)n_in * sizeof *row);
     int same = 1;
     for (int o = 0; o < n_out; o++) {
-        weight_get_row(&p, o, row);
+        cpu_weight_row(&p, o, row);
         same &= memcmp(row, deq + (size_t)o * n_in, (size_t)n_in * sizeof *row) == 0;
     }
     CHECKF(same, "%s n_in %d n_out %d: a packed row reads back differently", pwhat, n_in, n_out);
@@ -445,7 +446,7 @@ static void gemm_case(enum gb_type t, int bits, int gs, int n_in, int n_out, uns
            (int)kind);
     if (kind == GEMM_NONE) { free(src); free(data); free(sc); free(bi); return; }
     float *deq = malloc((size_t)n_out * n_in * sizeof *deq);
-    for (int o = 0; o < n_out; o++) weight_get_row(&w, o, deq + (size_t)o * n_in);
+    for (int o = 0; o < n_out; o++) cpu_weight_row(&w, o, deq + (size_t)o * n_in);
     for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
         int n_tok = toks[k];
         size_t ny = (size_t)n_tok * n_out;

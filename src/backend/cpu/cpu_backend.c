@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/attn_avx512.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/mlx_packed.h"
 #include "backend/cpu/qmatmul_avx512.h" /* qmatmul_has_avx512: the CPU check for every *_avx512.c */
 #include "base/fp16.h"
 #include "base/status.h"
@@ -234,7 +235,7 @@ static void cpu_get_rows(struct backend *be, float *y, const struct gb_weight *e
     for (int t = 0; t < n; t++) {
         if (ids[t] < 0) continue;
         GB_ASSERT(ids[t] < e->n_out);
-        weight_get_row(e, ids[t], y + (size_t)t * e->n_in);
+        cpu_weight_row(e, ids[t], y + (size_t)t * e->n_in);
     }
 }
 

@@ -32,7 +32,7 @@
 #include "base/fp16.h"
 #include "tensor/quant.h"
 #include "tensor/quant_ref.h"
-#include "tensor/weight.h"
+#include "backend/cpu/mlx_packed.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -304,7 +304,7 @@ AI __m512 sb16(enum gb_type t, const void *p, size_t at, int n) {
 /* Rows o0..o0 + nr - 1 (the rest zero), k in [k0, k0 + kn): codes into pan[kn / 2][PR]
  * (int16 pairs), scales and biases into ps, pb [kn / gs][PR] as f32.
  * 4-bit, per set of 16 blocks (512 codes; a row's last set may have fewer, nb): in packed
- * order (tensor/weight.h) load c of a row is word c of the set's blocks, in MLX's order it is
+ * order (mlx_packed.h) load c of a row is word c of the set's blocks, in MLX's order it is
  * blocks 4c .. 4c + 3; word j of block m holds pairs 16 m + 4 j .. + 3, byte k pair 16 m + 4 j
  * + k. 8-bit, per 16 words (64 codes): word q holds pairs 2 q, 2 q + 1. */
 static void pack_mlx(const struct gb_weight *w, int o0, int nr, int64_t k0, int kn, uint32_t *pan, float *ps,

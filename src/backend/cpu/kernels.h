@@ -66,7 +66,7 @@ void softcap(float *x, float cap, long n);
 
 /* ---- any weight format (tensor/weight.h): plain, GGML blocks, MLX affine ---- */
 struct gb_weight;
-/* The oracle: each row dequantized with weight_get_row, products summed in double. */
+/* The oracle: each row dequantized (cpu_weight_row: any layout), products summed in double. */
 void matmul_w_ref(float *y, const float *x, const struct gb_weight *w, int n_tok);
 /* Scratch the fast path needs for n_tok rows of x (e.g. x quantized to q8 blocks). */
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
@@ -95,7 +95,7 @@ int matmul_w_multi_method(threadpool_t *tp, int k, float *const *y, const float 
                           const struct gb_weight *const *w, int n_tok, void *work, int many);
 
 /* Whether matmul_w reads w faster with its rows rearranged by qmatmul_pack (for now: MLX
- * 4-bit on CPUs with the AVX-512 kernels), and the rearrangement (weight_pack_mlx4: w's
+ * 4-bit on CPUs with the AVX-512 kernels), and the rearrangement (mlx_packed.h mlx4_pack: w's
  * data writable, the same bytes moved within groups of 4 rows). Results of packed weights match
  * the oracle within the same bounds; every path reads them, the fastest by far. */
 int qmatmul_wants_pack(const struct gb_weight *w);

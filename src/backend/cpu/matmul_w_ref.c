@@ -1,7 +1,7 @@
 /* The oracle for matmul_w: any weight format, one row at a time, in double. */
 #include "backend/cpu/kernels.h"
 #include "base/status.h"
-#include "tensor/weight.h"
+#include "backend/cpu/mlx_packed.h"
 
 #include <stdlib.h>
 
@@ -10,7 +10,7 @@ void matmul_w_ref(float *y, const float *x, const struct gb_weight *w, int n_tok
     float *row = malloc((size_t)n_in * sizeof *row);
     GB_ASSERT(row != NULL);
     for (int64_t o = 0; o < n_out; o++) {
-        weight_get_row(w, o, row);
+        cpu_weight_row(w, o, row);
         for (int t = 0; t < n_tok; t++) {
             const float *xt = x + (size_t)t * (size_t)n_in;
             double acc = 0.0;

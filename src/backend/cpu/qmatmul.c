@@ -29,6 +29,7 @@
 #include "tensor/quant_ref.h"
 #include "tensor/weight.h"
 
+#include "backend/cpu/mlx_packed.h"
 #include "backend/cpu/qmatmul_avx2.h" /* struct qx8, qx16; kernels called on x86 only */
 #include "backend/cpu/qmatmul_vnni.h" /* the same, fused multiply-adds, where AVX512-VNNI is */
 #include "backend/cpu/qmatmul_avx512.h" /* MLX 4/8-bit, 512-bit vectors, where AVX-512 is */
@@ -707,7 +708,7 @@ static __attribute__((noinline)) void mlxdot_generic_packed(const struct gb_weig
     uint32_t words[MAX_PACKED_N / 8];
     int n = (int)w->n_in;
     GB_ASSERT(n <= MAX_PACKED_N);
-    weight_mlx_words(w, o, 0, (size_t)n / 8, words);
+    cpu_mlx_words(w, o, 0, (size_t)n / 8, words);
     mlxdot_generic(n, w->group_size, w->bits, (const uint8_t *)words, (size_t)n / 2, sc, bi, w->sb_type, x, xs, g,
                    gstr, nt, y, (size_t)w->n_out);
 }
@@ -812,7 +813,7 @@ int qmatmul_wants_pack(const struct gb_weight *w) {
 
 void qmatmul_pack(struct gb_weight *w) {
     GB_ASSERT(qmatmul_wants_pack(w));
-    weight_pack_mlx4(w);
+    mlx4_pack(w);
 }
 
 size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {

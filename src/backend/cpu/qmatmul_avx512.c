@@ -250,7 +250,7 @@ AI void mlxdot(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb
 }
 
 /* ---- 4-bit, packed rows ------------------------------------------------------------------
- * The codes of weights packed at load (tensor/weight.h, mlx4_packed_word): per set of 16
+ * The codes of weights packed at load (mlx_packed.h, mlx4_packed_word): per set of 16
  * blocks of 32 elements, chunk j (j < 4) holds word j of every block, so int32 lane m of a
  * chunk's dot products always belongs to block m of the set. A lane's integer sum then runs
  * over its whole block (4 chunks) before the one float step per set: cvt, times the 16
@@ -348,7 +348,7 @@ enum { PT = TILE_TMAX, QR = 4 /* rows per quad */ };
 /* R rows (R = 1, or a whole quad in decode) x T tokens. codes: the layout's base (the quad's,
  * or the row's for a row outside quads), q rows in the layout (QR or 1), i0 the first row's
  * place in it; rows' scales / biases sbr bytes apart. Chunk j of set s of row i0 + k is at
- * q 256 s + (q j + i0 + k) 4 bs bytes (bs: the set's blocks): tensor/weight.h's
+ * q 256 s + (q j + i0 + k) 4 bs bytes (bs: the set's blocks): mlx_packed.h's
  * mlx4_packed_block, worked out here per set instead of called per row and set, which ran
  * the DRAM walk 13% slower (median 26.5-28.5 against 31.1-32.5 GB/s, same process). */
 AI void mlx4p_tile(int R, int T, int n, int gs, const uint8_t *codes, int q, int i0, const char *sc, const char *bi,
