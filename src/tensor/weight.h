@@ -31,6 +31,7 @@ struct gb_weight {
      * Such a weight is read only by that backend; views of it (weight_rows) start at
      * multiples of 4 rows. */
     int packed;
+    const void *plan;         /* the backend's choice of kernels for it (weight_prepare), or NULL */
     const char *name;         /* for messages */
 };
 

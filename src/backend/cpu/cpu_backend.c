@@ -90,6 +90,8 @@ static int same_shape(const struct gb_weight *a, const struct gb_weight *b) {
            a->group_size == b->group_size && a->packed == b->packed;
 }
 
+/* Rearranges w where the kernels want it, notes its shape for reserve(), and gives it the
+ * kernels of its shape (one plan per distinct format, n_in and layout: matmul_w_plan). */
 static void cpu_weight_prepare(struct backend *be, struct gb_weight *w, int64_t n, int writable) {
     struct cpu_backend *cb = cpu_of(be);
     if (n <= 0) return;
@@ -99,10 +101,24 @@ static void cpu_weight_prepare(struct backend *be, struct gb_weight *w, int64_t 
         if (w[i].n_in > cb->max_n_in) cb->max_n_in = w[i].n_in;
         if (w[i].n_out > cb->max_n_out) cb->max_n_out = w[i].n_out;
     }
-    for (int i = 0; i < cb->n_shapes; i++)
-        if (same_shape(&cb->shapes[i], &w[0])) return;
-    GB_ASSERT(cb->n_shapes < CPU_MAX_SHAPES);
-    cb->shapes[cb->n_shapes++] = w[0];
+    int k = 0;
+    while (k < cb->n_shapes && !same_shape(&cb->shapes[k]->w, &w[0])) k++;
+    if (k == cb->n_shapes) {
+        struct cpu_shape *sh = malloc(sizeof *sh);
+        if (cb->n_shapes == cb->cap_shapes) {
+            int cap = cb->cap_shapes ? 2 * cb->cap_shapes : 16;
+            struct cpu_shape **ns = realloc(cb->shapes, (size_t)cap * sizeof *ns);
+            if (ns) {
+                cb->shapes = ns;
+                cb->cap_shapes = cap;
+            }
+        }
+        GB_ASSERT(sh && cb->n_shapes < cb->cap_shapes); /* load-time, a few dozen bytes */
+        sh->w = w[0];
+        matmul_w_plan(&w[0], &sh->plan);
+        cb->shapes[cb->n_shapes++] = sh;
+    }
+    for (int64_t i = 0; i < n; i++) w[i].plan = &cb->shapes[k]->plan;
 }
 
 static int grow(void **p, size_t *have, size_t need) {
@@ -124,7 +140,7 @@ static gerbil_status cpu_reserve(struct backend *be, const struct gb_reserve *r)
     const int id_rows = n_rows * (n_sel > 0 ? n_sel : 1);
     size_t work = 0;
     for (int i = 0; i < cb->n_shapes; i++) {
-        size_t a = matmul_w_work_size(&cb->shapes[i], id_rows > n_rows ? id_rows : n_rows);
+        size_t a = matmul_w_work_size(&cb->shapes[i]->w, id_rows > n_rows ? id_rows : n_rows);
         if (a > work) work = a;
     }
     int bad = grow(&cb->work, &cb->work_size, work);
@@ -537,6 +553,8 @@ static void cpu_destroy(struct backend *be) {
     tp_free(cb->tp);
     for (int i = 0; i < cb->n_maps; i++) GB_ASSERT(!"a KV pool outlived its backend");
     pthread_mutex_destroy(&cb->map_mu);
+    for (int i = 0; i < cb->n_shapes; i++) free(cb->shapes[i]);
+    free(cb->shapes);
     free(cb->work);
     free(cb->attn_scratch);
     free(cb->delta_scratch);

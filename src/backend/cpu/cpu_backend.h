@@ -6,11 +6,18 @@
 #define GB_CPU_BACKEND_H
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "base/threadpool.h"
 
 #include <pthread.h>
 
-enum { CPU_MAX_SHAPES = 32, CPU_MAX_MAPS = 64, CPU_SEG_COUNT_BYTES = 12 };
+enum { CPU_MAX_MAPS = 64, CPU_SEG_COUNT_BYTES = 12 };
+
+/* A distinct (format, n_in, layout) among the weights prepared, and its kernels. */
+struct cpu_shape {
+    struct gb_weight w;
+    struct mm_plan plan; /* chosen once (kernels.h); the weights of this shape point at it */
+};
 
 struct cpu_backend {
     struct backend base;
@@ -19,8 +26,8 @@ struct cpu_backend {
      * each distinct (format, n_in, group) the model has */
     void *work;
     size_t work_size;
-    struct gb_weight shapes[CPU_MAX_SHAPES];
-    int n_shapes;
+    struct cpu_shape **shapes;
+    int n_shapes, cap_shapes;
     int64_t max_n_in, max_n_out;
     /* attention: n_threads rows of attn_floats (the scalar path's scores) */
     float *attn_scratch;

@@ -45,7 +45,14 @@ static int use_avx2(void) {
 
 int cpu_has_avx2(void) { return use_avx2(); }
 
-void cpu_force_ref(int on) { atomic_store_explicit(&force_ref, on ? 1 : 0, memory_order_relaxed); }
+static _Atomic unsigned isa_epoch;
+unsigned cpu_isa_epoch(void) { return atomic_load_explicit(&isa_epoch, memory_order_relaxed); }
+void cpu_isa_changed(void) { atomic_fetch_add_explicit(&isa_epoch, 1, memory_order_relaxed); }
+
+void cpu_force_ref(int on) {
+    atomic_store_explicit(&force_ref, on ? 1 : 0, memory_order_relaxed);
+    cpu_isa_changed();
+}
 
 /* ---- matmul ---------------------------------------------------------------------- */
 

@@ -74,6 +74,28 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok);
  * (may be NULL when that is 0). Quantized formats may quantize x once per call (to
  * 8-bit blocks) for their dot products; the per-format error bound is in the tests. */
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work);
+/* How matmul_w runs one weight on this machine: the kernel functions, the activation layout
+ * and the method for many rows, chosen once from the weight's format and the CPU's
+ * instruction sets (the GGML kernel table, the MLX layouts), at weight_prepare, and kept in
+ * the weight (gb_weight.plan). epoch: cpu_isa_epoch() when it was made; a call after a test
+ * flipped an ISA switch (cpu_force_ref, qmatmul_disable_avx512, qmatmul_disable_vnni) finds
+ * it stale and works one out for itself, as it does for a weight that has none. */
+struct mm_plan {
+    unsigned epoch;
+    int kind;              /* mm_kind in qmatmul.c */
+    int gemm;              /* enum gemm_kind: the many-row method, GEMM_NONE if none */
+    int fast;              /* the AVX2 kernels (or better) */
+    int act;               /* GGML: the activation layout */
+    void (*fn)(void);      /* GGML: one row against tokens (qmatmul.c's qdot_fn) */
+    void (*rows_fn)(void); /* GGML: 4 rows at a time (qrows_fn), instead of fn where set */
+    int x512, packed, permuted; /* MLX: the AVX-512 kernels, the packed ones, AVX2's nibble order */
+    size_t xs;             /* bytes of prepared x per token */
+};
+void matmul_w_plan(const struct gb_weight *w, struct mm_plan *p);
+/* Bumped by every ISA switch. */
+unsigned cpu_isa_epoch(void);
+void cpu_isa_changed(void);
+
 /* Batch invariance: matmul_w has two methods for some weights, the per-token kernels
  * and one for many rows (the prefill GEMMs; for f32/f16/bf16 rows the register tiles,
  * against the decode kernel for one token). Rows whose span (the rows of their own

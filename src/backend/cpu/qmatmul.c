@@ -72,7 +72,10 @@ int qmatmul_has_avx512(void) {
 #endif
 }
 
-void qmatmul_disable_avx512(int on) { atomic_store_explicit(&avx512_off, on ? 1 : 0, memory_order_relaxed); }
+void qmatmul_disable_avx512(int on) {
+    atomic_store_explicit(&avx512_off, on ? 1 : 0, memory_order_relaxed);
+    cpu_isa_changed();
+}
 
 int qmatmul_has_bf16(void) {
 #ifdef GERBIL_HAVE_X86
@@ -836,17 +839,71 @@ size_t matmul_w_work_size(const struct gb_weight *w, int n_tok) {
     return 64 + (a > b ? a : b); /* any kernel's activations, 64-byte aligned */
 }
 
-int matmul_w_min_span(const struct gb_weight *w) {
-    if (is_float_plain(w)) return 2; /* the prefill tiles from 2 tokens, the decode kernel for 1 */
+/* ---- the plan: the kernels of a weight, chosen once ---------------------------------------- */
+
+enum mm_kind { MM_FLOAT, MM_GGML, MM_MLX, MM_REF /* a type without kernels: the oracle */ };
+
+void matmul_w_plan(const struct gb_weight *w, struct mm_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->epoch = cpu_isa_epoch();
+    p->fast = cpu_has_avx2();
 #ifdef GERBIL_HAVE_X86
-    enum gemm_kind kind = gemm_kind_of(w);
-    if (kind == GEMM_NONE || !cpu_has_avx2() || !qmatmul_has_bf16()) return INT_MAX;
-    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
-    if (min_tok < 0) min_tok = kind == GEMM_MLX16 ? GEMM_MIN_TOK_MLX : GEMM_MIN_TOK_BF16;
-    return min_tok == 0 ? INT_MAX : min_tok;
+    p->gemm = p->fast && qmatmul_has_bf16() ? gemm_kind_of(w) : GEMM_NONE;
 #else
-    return INT_MAX;
+    p->gemm = GEMM_NONE;
 #endif
+    if (is_float_plain(w)) {
+        p->kind = MM_FLOAT;
+        return;
+    }
+    if (w->kind == GB_WEIGHT_MLX) {
+        /* group sizes are powers of two (32, 64, 128): the kernels divide by shifts */
+        GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size >= 32 && (w->group_size & (w->group_size - 1)) == 0 &&
+                  w->n_in % w->group_size == 0);
+        p->kind = MM_MLX;
+        p->x512 = p->fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
+                  qmatmul_has_avx512();
+        p->packed = p->x512 && w->packed;
+        if (w->packed) GB_ASSERT(w->bits == 4 && w->n_in <= MAX_PACKED_N);
+        p->permuted = p->fast && w->bits == 4 && !w->packed;
+        p->xs = p->packed ? (size_t)(w->n_in + 511) / 512 * sizeof(struct qx512)
+                : p->x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128)
+                          : (size_t)(w->n_in / 32) * sizeof(struct qx16);
+        return;
+    }
+    struct qkernel k = qkernel_of(w->type);
+    if (k.act == ACT_NONE) {
+        p->kind = MM_REF;
+        return;
+    }
+    GB_ASSERT(w->n_in % type_traits(w->type)->block_size == 0);
+    p->kind = MM_GGML;
+    int use_fast = p->fast && (k.fast || k.fast_rows);
+    p->act = use_fast ? k.fast_act : k.act;
+    p->fn = (void (*)(void))(use_fast && k.fast ? k.fast : k.generic);
+    p->rows_fn = (void (*)(void))(use_fast ? k.fast_rows : NULL);
+    p->xs = act_row_bytes(p->act, w->n_in);
+}
+
+/* w's plan: the one made at weight_prepare while the ISA switches stand, else a fresh one in *tmp. */
+static const struct mm_plan *plan_of(const struct gb_weight *w, struct mm_plan *tmp) {
+    const struct mm_plan *p = w->plan;
+    if (p && p->epoch == cpu_isa_epoch()) return p;
+    matmul_w_plan(w, tmp);
+    return tmp;
+}
+
+static int min_span_of(const struct mm_plan *p) {
+    if (p->kind == MM_FLOAT) return 2; /* the prefill tiles from 2 tokens, the decode kernel for 1 */
+    if (p->gemm == GEMM_NONE) return INT_MAX;
+    int min_tok = atomic_load_explicit(&gemm_min_tok, memory_order_relaxed);
+    if (min_tok < 0) min_tok = p->gemm == GEMM_MLX16 ? GEMM_MIN_TOK_MLX : GEMM_MIN_TOK_BF16;
+    return min_tok == 0 ? INT_MAX : min_tok;
+}
+
+int matmul_w_min_span(const struct gb_weight *w) {
+    struct mm_plan tmp;
+    return min_span_of(plan_of(w, &tmp));
 }
 
 void matmul_w(threadpool_t *tp, float *y, const float *x, const struct gb_weight *w, int n_tok, void *work) {
@@ -857,41 +914,23 @@ void matmul_w_method(threadpool_t *tp, float *y, const float *x, const struct gb
                      int many) {
     GB_ASSERT(n_tok >= 0 && w->n_in >= 0 && w->n_out >= 0);
     if (n_tok == 0 || w->n_out == 0) return;
-    if (is_float_plain(w)) {
+    struct mm_plan tmp;
+    const struct mm_plan *p = plan_of(w, &tmp);
+    if (p->kind == MM_FLOAT) {
         (many ? matmul : matmul_per_token)(tp, y, x, w->data, w->type, n_tok, (int)w->n_in, (int)w->n_out);
         return;
     }
-    if (many && cpu_has_avx2() && gemm_run(tp, 1, &y, x, &w, n_tok, work)) return;
-    struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = cpu_has_avx2()};
-    atomic_init(&j.next, 0);
-    if (w->kind == GB_WEIGHT_MLX) {
-        /* group sizes are powers of two (32, 64, 128): the kernels divide by shifts */
-        GB_ASSERT(w->bits >= 2 && w->bits <= 8 && w->group_size >= 32 && (w->group_size & (w->group_size - 1)) == 0 &&
-                  w->n_in % w->group_size == 0);
-        j.x512 = j.fast && (w->bits == 4 || w->bits == 8) && w->group_size <= 128 && w->n_in % 128 == 0 &&
-                 qmatmul_has_avx512();
-        j.packed = j.x512 && w->packed;
-        if (w->packed) GB_ASSERT(w->bits == 4 && w->n_in <= MAX_PACKED_N);
-        j.permuted = j.fast && w->bits == 4 && !w->packed;
-        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
-        j.xs = j.packed ? (size_t)(w->n_in + 511) / 512 * sizeof(struct qx512)
-               : j.x512 ? (size_t)(w->n_in / 128) * sizeof(struct qx128)
-                        : (size_t)(w->n_in / 32) * sizeof(struct qx16);
-        j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
-    } else {
-        struct qkernel k = qkernel_of(w->type);
-        if (k.act == ACT_NONE) { /* no kernel for this type: the reference, correct but slow */
-            matmul_w_ref(y, x, w, n_tok);
-            return;
-        }
-        GB_ASSERT(w->n_in % type_traits(w->type)->block_size == 0);
-        int use_fast = j.fast && (k.fast || k.fast_rows);
-        j.act = use_fast ? k.fast_act : k.act;
-        j.fn = use_fast && k.fast ? k.fast : k.generic;
-        j.rows_fn = use_fast ? k.fast_rows : NULL;
-        j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
-        j.xs = act_row_bytes(j.act, w->n_in);
+    if (p->kind == MM_REF) { /* no kernel for this type: the reference, correct but slow */
+        matmul_w_ref(y, x, w, n_tok);
+        return;
     }
+    if (many && p->gemm != GEMM_NONE && gemm_run(tp, 1, &y, x, &w, n_tok, work)) return;
+    struct qjob j = {.y = y, .x = x, .w = w, .n_tok = n_tok, .fast = p->fast, .act = (enum act_kind)p->act,
+                     .fn = (qdot_fn)p->fn, .rows_fn = (qrows_fn)p->rows_fn, .x512 = p->x512, .packed = p->packed,
+                     .permuted = p->permuted, .xs = p->xs};
+    atomic_init(&j.next, 0);
+    j.xq = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63); /* 64-byte loads: no line splits */
+    if (p->kind == MM_MLX) j.gsum = (float *)(j.xq + (size_t)n_tok * j.xs);
     if (w->n_in == 0) {
         for (size_t i = 0; i < (size_t)n_tok * (size_t)w->n_out; i++) y[i] = 0.0f;
         return;

@@ -40,7 +40,10 @@ int qmatmul_has_vnni(void) {
     return h && cpu_has_avx2(); /* not cached: 0 while cpu_force_ref */
 }
 
-void qmatmul_disable_vnni(int on) { atomic_store_explicit(&vnni_off, on ? 1 : 0, memory_order_relaxed); }
+void qmatmul_disable_vnni(int on) {
+    atomic_store_explicit(&vnni_off, on ? 1 : 0, memory_order_relaxed);
+    cpu_isa_changed();
+}
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512vnni,avx512vl"))), apply_to = function)
