@@ -64,7 +64,7 @@ int kvb_needed(const struct kv_blocks *kb, const struct kv_table *t, int len, in
 }
 
 gerbil_status kvb_extend(struct kv_blocks *kb, struct kv_table *t, int len, int new_len, kv_copy_fn copy, void *user) {
-    GB_ASSERT(len >= 0 && len <= t->n * KV_BLOCK);
+    GB_ASSERT(len >= 0 && t->n == (len + KV_BLOCK - 1) / KV_BLOCK); /* no blocks past len: they could be shared */
     if (new_len <= len) return GERBIL_OK;
     const int want = (new_len + KV_BLOCK - 1) / KV_BLOCK;
     if (want > t->cap)
@@ -85,6 +85,7 @@ gerbil_status kvb_extend(struct kv_blocks *kb, struct kv_table *t, int len, int 
 }
 
 void kvb_truncate(struct kv_blocks *kb, struct kv_table *t, int n) {
+    if (n < 0) n = 0;
     const int keep = (n + KV_BLOCK - 1) / KV_BLOCK;
     while (t->n > keep) unref(kb, t->blocks[--t->n]);
 }
