@@ -14,6 +14,9 @@
  * with the threshold forced down to 4 rows) give each row the bits of a call over its
  * own segment alone, for matmul, matmul_multi and matmul_id (whose span is per segment
  * and expert), and likewise per segment for attention, conv1d and the delta rule.
+ * matmul_multi must give the bits of separate matmul calls. The buffer entries (alloc,
+ * upload, copy, zero, download) behave alike on both backends, and reserve keeps covering
+ * weights prepared after an earlier reserve.
  *
  * Tolerances (CPU against ref):
  *  - matmul / matmul_multi / matmul_id, per output y = sum_i w_i x_i (+ bias), with w the
@@ -47,7 +50,8 @@
  *    [-1, 1]: 2e-5 absolute, as tests/test_kernels.c.
  *  - delta rule: the chunked form (segments of more than one row) reorders the sums of
  *    the recurrence and goes through f32 matmuls; 2e-4 (1 + |want|) for outputs and
- *    states (unit keys, decays in (e^-1, 1], states of order 1), over two calls. */
+ *    states (unit keys, decays in (e^-2, 1] with heads that forget slowly, states of
+ *    order 1), over two calls. */
 #include "backend/backend.h"
 #include "backend/cpu/gemm_avx512.h" /* qmatmul_set_gemm_min_tok, qmatmul_has_bf16 */
 #include "backend/cpu/kernels.h"
@@ -63,6 +67,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -212,6 +217,48 @@ static struct backend *new_cpu(int n_threads) {
         exit(1);
     }
     return b;
+}
+
+/* =====================================================================================
+ * Buffers and the table's other entries: the same behaviour on both backends
+ * ===================================================================================== */
+
+static void test_buffers(struct backend *be, int n_threads) {
+    const struct backend_ops *o = be->ops;
+    CHECKF(o->n_threads(be) == n_threads, "%s: n_threads %d, want %d", o->name, o->n_threads(be), n_threads);
+    /* a small buffer and a large lazy one (the CPU backend maps those from 1 MiB on) */
+    const size_t sizes[2] = {1000 + (size_t)rand_int(100), (3u << 20) + 4 * (size_t)rand_int(1000)};
+    for (int k = 0; k < 2; k++) {
+        const size_t n = sizes[k];
+        unsigned char *a = o->alloc(be, n, GB_BUF_ZERO), *b = o->alloc(be, n, k ? GB_BUF_LAZY : 0);
+        CHECKF(a && b && (uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0, "%s: alloc(%zu) %p %p", o->name, n,
+               (void *)a, (void *)b);
+        if (!a || !b) return;
+        int zero = 1;
+        for (size_t i = 0; i < n; i++) zero &= a[i] == 0;
+        CHECKF(zero, "%s: alloc(%zu, GB_BUF_ZERO) is not zero", o->name, n);
+        unsigned char *h = xmalloc(n), *h2 = xmalloc(n);
+        for (size_t i = 0; i < n; i++) h[i] = (unsigned char)test_rand_u64(&rng);
+        o->upload(be, a, h, n);
+        o->copy(be, b, a, n);
+        o->copy(be, a + 1, a, n / 2); /* overlapping: memmove */
+        o->zero(be, a + n / 2 + 1, n - n / 2 - 1);
+        o->sync(be);
+        o->download(be, h2, b, n);
+        CHECKF(memcmp(h, h2, n) == 0, "%s: upload, copy, download of %zu bytes", o->name, n);
+        o->download(be, h2, a, n);
+        int ok = h2[0] == h[0];
+        for (size_t i = 1; i < n; i++) ok &= h2[i] == (i <= n / 2 ? h[i - 1] : 0);
+        CHECKF(ok, "%s: an overlapping copy or zero of %zu bytes", o->name, n);
+        o->buf_free(be, a, n);
+        o->buf_free(be, b, n);
+        free(h), free(h2);
+    }
+    const struct gb_seg seg = {.row0 = 0, .n_rows = 1};
+    const int32_t one = 1, zero = 0;
+    const struct gb_batch bt = {.n_rows = 1, .n_segs = 1, .segs = &seg, .span = &one, .seg_of = &zero, .tok = &zero,
+                                .kv_row = &zero, .pos = &zero};
+    o->batch_begin(be, &bt);
 }
 
 /* =====================================================================================
@@ -1246,8 +1293,10 @@ static void test_delta_rule(int v_tiled) {
                 l2(x + (size_t)r * C + h * dk, dk, 1.0f / sqrtf((float)dk));
                 l2(x + (size_t)r * C + qkd + h * dk, dk, 1.0f);
             }
-        for (int i = 0; i < n * nv; i++) {
-            g[i] = -0.5f * (1.0f + test_rand_f(&rng));
+        for (int i = 0; i < n * nv; i++) { /* log decays in (-2 r_h, 0]: heads that forget within a few rows
+                                              * and heads whose state lasts over chunks */
+            static const float rate[4] = {0.01f, 0.05f, 0.2f, 1.0f};
+            g[i] = -rate[i % nv] * (1.0f + test_rand_f(&rng));
             beta[i] = 0.5f * (1.0f + test_rand_f(&rng));
         }
         const size_t no = (size_t)n * nv * dv;
@@ -1313,6 +1362,62 @@ static void test_delta_rule(int v_tiled) {
     free(st0), free(sref);
 }
 
+/* backend.h: weight_prepare notes the scratch a weight's matmuls need, and reserve keeps
+ * the largest scratch of all its calls, so a second reserve after wider weights were
+ * prepared must cover them; the CPU backend's matmul scratch does (recomputed from the
+ * weights' shapes on every reserve). Here: 2 experts of 32 inputs prepared, reserve,
+ * 2 experts of 1024 inputs prepared, the same reserve again, then matmul_id over the wide
+ * ones against the reference. In a child process: where the scratch falls short the op
+ * writes past its end (the parent only sees the exit status). */
+static int reserve_after_prepare_child(void) {
+    enum { NM = 2, NSEL = 2, N = 64, N_OUT = 8 };
+    struct tw small[NM], big[NM];
+    struct gb_weight ws[NM], wb[NM];
+    for (int e = 0; e < NM; e++) {
+        make_tw(&small[e], &(struct fmt){.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_F32}, N_OUT, 32);
+        make_tw(&big[e], &(struct fmt){.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_F32}, N_OUT, 1024);
+        ws[e] = small[e].w, wb[e] = big[e].w;
+    }
+    struct backend *be = new_cpu(1);
+    const struct gb_reserve r = {.n_rows = N, .n_sel = NSEL};
+    be->ops->weight_prepare(be, ws, NM, 0);
+    int ok = be->ops->reserve(be, &r) == GERBIL_OK;
+    be->ops->weight_prepare(be, wb, NM, 0);
+    ok &= be->ops->reserve(be, &r) == GERBIL_OK;
+    int32_t ids[N * NSEL], span[N], seg_of[N];
+    for (int i = 0; i < N * NSEL; i++) ids[i] = i % NM;
+    for (int t = 0; t < N; t++) span[t] = N, seg_of[t] = 0;
+    const struct gb_seg seg = {.row0 = 0, .n_rows = N};
+    const struct gb_batch b = {.n_rows = N, .n_segs = 1, .segs = &seg, .span = span, .seg_of = seg_of};
+    const size_t ny = (size_t)N * NSEL * N_OUT;
+    float *x = rnd_x((size_t)N * 1024), *y = poisoned(ny), *yref = poisoned(ny);
+    double *tol = dmalloc(ny);
+    op_matmul_id(ref, yref, x, 0, wb, NM, ids, NSEL, &b, N);
+    for (int i = 0; i < N * NSEL; i++)
+        mm_tols(tol + (size_t)i * N_OUT, &big[ids[i]], x + (size_t)(i / NSEL) * 1024, 1, yref + (size_t)i * N_OUT,
+                NULL, 0);
+    op_matmul_id(be, y, x, 0, wb, NM, ids, NSEL, &b, N);
+    ok &= within("matmul_id after a reserve, wider weights prepared and reserve again", "default, 1 thread", y, yref,
+                 tol, ny);
+    backend_free(be);
+    for (int e = 0; e < NM; e++) free_tw(&small[e]), free_tw(&big[e]);
+    free(x), free(y), free(yref), free(tol);
+    return ok;
+}
+
+static void test_reserve_after_prepare(void) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) _exit(reserve_after_prepare_child() ? 0 : 1);
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+           "matmul_id after weight_prepare of wider weights and a second reserve: the child %s %d (cpu_reserve "
+           "regrows matmul_id's gathered rows only for more rows, not for the wider weights prepared since)",
+           WIFSIGNALED(st) ? "was killed by signal" : "exited with", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 /* ===================================================================================== */
 
 int main(int argc, char **argv) {
@@ -1323,12 +1428,16 @@ int main(int argc, char **argv) {
     printf("test_backend_ops: seed %llu (rerun with this argument to reproduce)\n", seed0);
     if (backend_new("ref", 0, &ref) != GERBIL_OK) { fprintf(stderr, "%s\n", gerbil_last_error()); return 1; }
     isa_init();
+    test_reserve_after_prepare(); /* first: fork while this process has no other threads */
     for (int th = 0; th < 2; th++) {
         cpu[th] = new_cpu(th + 1);
         const struct gb_reserve r = {.n_rows = 256, .n_kv = 256, .delta_dk = DK, .delta_dv = DV};
         CHECK(cpu[th]->ops->reserve(cpu[th], &r) == GERBIL_OK);
     }
     packer = new_cpu(1);
+    test_buffers(ref, 1);
+    test_buffers(cpu[0], 1);
+    test_buffers(cpu[1], 2);
     printf("CPU instruction sets:");
     for (int m = 0; m < N_ISA; m++)
         if (isa_on[m]) printf(" [%s]", isa_label[m]);
