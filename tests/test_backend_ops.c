@@ -55,6 +55,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/gemm_avx512.h" /* qmatmul_set_gemm_min_tok, qmatmul_has_bf16 */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/mlx_packed.h"
 #include "backend/cpu/qmatmul_avx512.h"
 #include "base/fp16.h"
 #include "tensor/dtype.h"
@@ -318,7 +319,9 @@ enum { MAX_FORMATS = 40 };
 struct tw {
     struct fmt f;
     struct gb_weight w;
-    void *data, *sc, *bi;
+    struct gb_weight wr;    /* w as the ref backend gets it: never rearranged (the CPU's packed
+                               layout is the CPU backend's own) */
+    void *data, *sc, *bi, *data_ref;
     float *deq; /* [n_out][n_in] weight_get_row */
     float *mag; /* [n_out][n_in] the magnitudes of S (see the header) */
     char name[48];
@@ -397,14 +400,20 @@ static void make_tw(struct tw *t, const struct fmt *f, int n_out, int n_in) {
             }
         }
     }
+    t->wr = t->w;
+    t->data_ref = NULL;
     if (f->pack) {
+        const size_t nb = (size_t)n_out * (size_t)n_in / 2;
+        t->data_ref = xmalloc(nb);
+        memcpy(t->data_ref, t->w.data, nb);
+        t->wr.data = t->data_ref;
         const int want = qmatmul_wants_pack(&t->w);
         packer->ops->weight_prepare(packer, &t->w, 1, 1);
         CHECKF(t->w.packed == want, "%s: weight_prepare(writable) packed %d, want %d", t->name, t->w.packed, want);
         float *row = fmalloc((size_t)n_in);
         int same = 1;
         for (int o = 0; o < n_out; o++) {
-            weight_get_row(&t->w, o, row);
+            cpu_weight_row(&t->w, o, row);
             same &= memcmp(row, t->deq + (size_t)o * n_in, (size_t)n_in * sizeof *row) == 0;
         }
         CHECKF(same, "%s: a packed row reads back differently", t->name);
@@ -414,7 +423,7 @@ static void make_tw(struct tw *t, const struct fmt *f, int n_out, int n_in) {
 }
 
 static void free_tw(struct tw *t) {
-    free(t->data), free(t->sc), free(t->bi), free(t->deq), free(t->mag);
+    free(t->data), free(t->sc), free(t->bi), free(t->deq), free(t->mag), free(t->data_ref);
 }
 
 /* The tolerances of rows x[0 .. n) times t's matrix against the reference's yref (bias
@@ -517,7 +526,7 @@ static void matmul_rows_check(const struct tw *t, struct backend *c[2], const fl
     const size_t ny = (size_t)n * n_out;
     float *x = rnd_x((size_t)n * n_in), *yref = poisoned(ny), *y[2] = {poisoned(ny), poisoned(ny)};
     const struct gb_rows rows = {n, rs->span};
-    op_matmul(ref, yref, x, &t->w, bias, rows);
+    op_matmul(ref, yref, x, &t->wr, bias, rows);
     double *tol_tok = dmalloc(ny), *tol_gemm = gemm_possible(t) ? dmalloc(ny) : NULL, *tol = dmalloc(ny);
     mm_tols(tol_tok, t, x, n, yref, bias, 0);
     if (tol_gemm) mm_tols(tol_gemm, t, x, n, yref, bias, 1);
@@ -698,10 +707,11 @@ static void test_matmul_id(const struct fmt *f) {
     static const int sizes[NSEG] = {1, 1, 2, 5, 20, 70};
     const int n_out = 21, n_in = fmt_n_in(f);
     struct tw t[NM];
-    struct gb_weight stack[NM];
+    struct gb_weight stack[NM], stack_ref[NM];
     for (int e = 0; e < NM; e++) {
         make_tw(&t[e], f, n_out, n_in);
         stack[e] = t[e].w;
+        stack_ref[e] = t[e].wr;
     }
     struct gb_seg segs[NSEG];
     int n = 0;
@@ -733,7 +743,7 @@ static void test_matmul_id(const struct fmt *f) {
     for (int xps = 0; xps <= 1; xps++) {
         const size_t xrow = (size_t)(xps ? NSEL : 1) * n_in; /* floats of x per batch row */
         float *x = rnd_x((size_t)n * xrow), *yref = poisoned(ny), *y[2] = {poisoned(ny), poisoned(ny)};
-        op_matmul_id(ref, yref, x, xps, stack, NM, ids, NSEL, &b, n);
+        op_matmul_id(ref, yref, x, xps, stack_ref, NM, ids, NSEL, &b, n);
         for (int r = 0; r < n * NSEL; r++) {
             const float *xr = x + (size_t)(xps ? r : r / NSEL) * n_in;
             const size_t o = (size_t)r * n_out;
@@ -808,7 +818,7 @@ static void test_get_rows(void) {
         const int n_in = (int)t.w.n_in;
         const size_t ny = (size_t)n * n_in;
         float *yref = poisoned(ny), *y = poisoned(ny), *want = poisoned(ny);
-        op_get_rows(ref, yref, &t.w, ids, n);
+        op_get_rows(ref, yref, &t.wr, ids, n);
         for (int i = 0; i < n; i++)
             if (ids[i] >= 0) memcpy(want + (size_t)i * n_in, t.deq + (size_t)ids[i] * n_in, (size_t)n_in * sizeof *y);
         char what[96];

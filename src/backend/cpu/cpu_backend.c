@@ -163,8 +163,12 @@ static gerbil_status cpu_reserve(struct backend *be, const struct gb_reserve *r)
         }
         bad = !d;
     }
-    if (!bad && n_sel > 0 && (size_t)id_rows > cb->id_rows_cap) {
-        size_t cap = (size_t)id_rows;
+    /* the gathers grow with the rows and with the widest weight prepared so far */
+    if (!bad && n_sel > 0 && ((size_t)id_rows > cb->id_rows_cap || cb->max_n_in > cb->id_n_in ||
+                              cb->max_n_out > cb->id_n_out)) {
+        size_t cap = (size_t)id_rows > cb->id_rows_cap ? (size_t)id_rows : cb->id_rows_cap;
+        cb->id_n_in = cb->max_n_in;
+        cb->id_n_out = cb->max_n_out;
         free(cb->id_x); free(cb->id_y); free(cb->id_rows); free(cb->id_span); free(cb->id_cnt); free(cb->id_segs);
         cb->id_segs = malloc(cap * CPU_SEG_COUNT_BYTES);
         cb->id_x = malloc(cap * (size_t)cb->max_n_in * sizeof(float));

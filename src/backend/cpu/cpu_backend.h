@@ -40,6 +40,7 @@ struct cpu_backend {
     int32_t *id_rows, *id_span, *id_cnt;
     void *id_segs;          /* CPU_SEG_COUNT_BYTES per segment */
     size_t id_rows_cap;
+    int64_t id_n_in, id_n_out; /* the widths id_x and id_y were sized for */
     int reserved_rows, reserved_kv, reserved_sel;
     /* buffers that are mappings of their own (GB_BUF_LAZY) */
     void *maps[CPU_MAX_MAPS];
