@@ -132,6 +132,7 @@ struct backend;
 
 struct backend_ops {
     const char *name;
+    int host_memory; /* its buffers are host memory: results may be written straight into the caller's */
     void (*destroy)(struct backend *be);
     int (*n_threads)(const struct backend *be);
 

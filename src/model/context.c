@@ -580,7 +580,13 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
     for (int o0 = 0; o0 < n_out; o0 += OUT_CHUNK) {
         const int k = n_out - o0 < OUT_CHUNK ? n_out - o0 : OUT_CHUNK;
         op_gather_rows(be, cx->a.out_x, cx->a.x, cx->a.out_idx + o0, k, D);
-        llama_logits(&f, k, cx->out_span + o0);
+        int in_order = be->ops->host_memory; /* then lm_head may write the caller's rows itself */
+        for (int i = 0; in_order && i < k; i++) in_order = cx->out_user[o0 + i] == cx->out_user[o0] + i;
+        if (in_order) {
+            llama_logits(&f, k, cx->out_span + o0, dest + (size_t)cx->out_user[o0] * V);
+            continue;
+        }
+        llama_logits(&f, k, cx->out_span + o0, cx->a.logits);
         for (int i = 0; i < k; i++)
             be->ops->download(be, dest + (size_t)cx->out_user[o0 + i] * V, cx->a.logits + (size_t)i * V,
                               (size_t)V * sizeof(float));

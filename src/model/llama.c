@@ -335,12 +335,12 @@ void llama_layers(const struct fwd *f) {
     }
 }
 
-void llama_logits(const struct fwd *f, int n, const int32_t *span) {
+void llama_logits(const struct fwd *f, int n, const int32_t *span, float *logits) {
     const struct gerbil_model *m = f->c->model;
     const struct model_config *c = f->cfg;
     const struct act_bufs *a = &f->c->a;
     op_rmsnorm(f->be, a->out_x, a->out_x, m->out_norm, c->norm_eps, n, c->n_embd);   /* final norm */
-    op_matmul(f->be, a->logits, a->out_x, &m->lm_head, NULL, (struct gb_rows){n, span}); /* logits = xn E^T */
+    op_matmul(f->be, logits, a->out_x, &m->lm_head, NULL, (struct gb_rows){n, span}); /* logits = xn E^T */
     if (c->final_softcap > 0.0f)                                     /* cap tanh(logits / cap) */
-        op_softcap(f->be, a->logits, c->final_softcap, (long)n * c->n_vocab);
+        op_softcap(f->be, logits, c->final_softcap, (long)n * c->n_vocab);
 }

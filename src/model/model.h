@@ -206,8 +206,9 @@ void llama_embed(const struct fwd *f);
 /* The layers over a batch: x becomes the last hidden state; the output rows' hidden
  * states after the tapped layers are gathered into the taps. */
 void llama_layers(const struct fwd *f);
-/* The final norm, lm_head (and softcap) of rows out_x[0 .. n) (spans as given) into logits. */
-void llama_logits(const struct fwd *f, int n, const int32_t *span);
+/* The final norm, lm_head (and softcap) of rows out_x[0 .. n) (spans as given) into logits
+ * ([n][n_vocab], backend memory). */
+void llama_logits(const struct fwd *f, int n, const int32_t *span, float *logits);
 
 /* Recurrent layers' state sizes: a layer's floats and its conv part (context.c, model.c). */
 size_t layer_state_floats(const struct model_config *c, int l, size_t *conv);

@@ -568,6 +568,7 @@ static void cpu_destroy(struct backend *be) {
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = 1,
     .destroy = cpu_destroy,
     .n_threads = cpu_n_threads,
     .alloc = cpu_alloc,

@@ -422,6 +422,7 @@ static void ref_moe_combine(struct backend *be, float *out, const float *y, cons
 
 static const struct backend_ops ref_ops = {
     .name = "ref",
+    .host_memory = 1,
     .destroy = ref_destroy,
     .n_threads = ref_n_threads,
     .alloc = ref_alloc,
