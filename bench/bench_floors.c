@@ -8,7 +8,9 @@
  *     cache) split across T threads; best of R passes. Also a cache-resident size
  *     (256 KiB per thread) for contrast.
  * (b) Peak f32 FMA throughput: a register-resident loop of independent FMA chains,
- *     AVX2 (8 lanes) and, where the CPU has it, AVX-512 (16 lanes).
+ *     AVX2 (8 lanes) and, where the CPU has it, AVX-512 (16 lanes); and the peak of
+ *     AVX512-VNNI vpdpbusd (u8 x s8 products/s), the integer dot of the quantized kernels,
+ *     which bounds batched decode (many rows per weight pass: compute, not memory).
  * (c) With --model-bytes/--params, the floors for a model:
  *       decode  tok/s <= bandwidth / bytes of weights read per token
  *       prefill tok/s <= FMA peak / (2 * params)         (attention FLOPs ignored)
@@ -187,13 +189,31 @@ __attribute__((target("avx512f"))) static double fma_avx512(long iters) {
     s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
     return (double)_mm512_reduce_add_ps(s);
 }
+
+/* AVX512-VNNI vpdpbusd (64 u8 x s8 products into 16 int32 lanes): the instruction the
+ * integer-dot kernels of quantized weights run on (GGML types: 64 multiply-adds of 8-bit
+ * activations each; MLX: 32 of 16-bit activations, as a high and a low byte). 16
+ * independent chains cover its latency. Reported as products per second (x 2 = "GOP/s"). */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni_avx512(long iters) {
+    __m512i a[16];
+    for (int k = 0; k < 16; k++) a[k] = _mm512_set1_epi32(k);
+    const __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(4), x0 = _mm512_set1_epi8(5), x1 = _mm512_set1_epi8(6);
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) a[k] = _mm512_dpbusd_epi32(a[k], k & 1 ? w0 : w1, k & 2 ? x0 : x1);
+    }
+    __m512i s = a[0];
+    for (int k = 1; k < 16; k++) s = _mm512_add_epi32(s, a[k]);
+    return (double)_mm512_reduce_add_epi32(s);
+}
 #endif
 
 static void fma_worker(void *ctx, int ith, int nth) {
     struct fma_job *j = ctx;
     double r;
 #if HAVE_X86
-    if (j->isa == 2) r = fma_avx512(j->iters);
+    if (j->isa == 3) r = vnni_avx512(j->iters);
+    else if (j->isa == 2) r = fma_avx512(j->iters);
     else if (j->isa == 1) r = fma_avx2(j->iters);
     else
 #endif
@@ -201,7 +221,9 @@ static void fma_worker(void *ctx, int ith, int nth) {
     j->out[ith] = r;
 }
 
-static double flops_per_iter(int isa) { return isa == 2 ? 12 * 16 * 2 : isa == 1 ? 12 * 8 * 2 : 8 * 2; }
+static double flops_per_iter(int isa) {
+    return isa == 3 ? 16 * 64 : isa == 2 ? 12 * 16 * 2 : isa == 1 ? 12 * 8 * 2 : 8 * 2;
+}
 
 /* Best-of-reps GFLOP/s summed over all threads. */
 static double measure_fma(threadpool_t *tp, int isa, int reps, double *sink) {
@@ -278,8 +300,9 @@ int main(int argc, char **argv) {
     __builtin_cpu_init();
     g_use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const int has_avx512 = __builtin_cpu_supports("avx512f");
+    const int has_vnni = has_avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
 #else
-    const int has_avx512 = 0;
+    const int has_avx512 = 0, has_vnni = 0;
 #endif
 
     size_t n = (size_t)(mib * 1024 * 1024) / sizeof(uint32_t);
@@ -305,7 +328,7 @@ int main(int argc, char **argv) {
         fmap = m;
     }
 
-    double bw[MAX_T + 1] = {0}, bw_cache[MAX_T + 1] = {0}, fl2[MAX_T + 1] = {0}, fl5[MAX_T + 1] = {0};
+    double bw[MAX_T + 1] = {0}, bw_cache[MAX_T + 1] = {0}, fl2[MAX_T + 1] = {0}, fl5[MAX_T + 1] = {0}, vn[MAX_T + 1] = {0};
     double bw_file[MAX_T + 1] = {0};
     double sink = 0;
     for (int t = 1; t <= nthr; t++) {
@@ -323,6 +346,7 @@ int main(int argc, char **argv) {
         if (fmap) bw_file[t] = measure_bw(tp, fmap, fsize / sizeof(uint32_t), 1, (int)reps, &sink);
         fl2[t] = measure_fma(tp, g_use_avx2 ? 1 : 0, (int)reps, &sink);
         if (has_avx512) fl5[t] = measure_fma(tp, 2, (int)reps, &sink);
+        if (has_vnni) vn[t] = measure_fma(tp, 3, (int)reps, &sink);
         tp_free(tp);
         if (!json)
             fprintf(stderr, "bench_floors: %d thread%s: read %.1f GB/s, L2 read %.1f GB/s, mmap file read %.1f GB/s, fma %.1f GFLOP/s\n",
@@ -340,6 +364,7 @@ int main(int argc, char **argv) {
             printf(", \"read_gbs_%dt\": %.2f, \"l2_read_gbs_%dt\": %.2f, \"fma_gflops_%dt\": %.2f", t, bw[t], t,
                    bw_cache[t], t, fl2[t]);
             if (has_avx512) printf(", \"fma512_gflops_%dt\": %.2f", t, fl5[t]);
+            if (has_vnni) printf(", \"vnni_gmacs_%dt\": %.2f", t, vn[t]);
             if (fmap) printf(", \"file_read_gbs_%dt\": %.2f", t, bw_file[t]);
             if (has_model)
                 printf(", \"decode_floor_tps_%dt\": %.3f, \"prefill_floor_tps_%dt\": %.3f", t, bw[t] * 1e9 / model_bytes,
@@ -353,12 +378,14 @@ int main(int argc, char **argv) {
     printf("| threads | DRAM read GB/s | L2 read GB/s |%s %s FMA GFLOP/s |", fmap ? " mmap file read GB/s |" : "",
            g_use_avx2 ? "AVX2" : "scalar");
     if (has_avx512) printf(" AVX-512 FMA GFLOP/s |");
-    printf("\n|---:|---:|---:|---:|%s%s\n", fmap ? "---:|" : "", has_avx512 ? "---:|" : "");
+    if (has_vnni) printf(" VNNI u8 x s8 G products/s |");
+    printf("\n|---:|---:|---:|---:|%s%s%s\n", fmap ? "---:|" : "", has_avx512 ? "---:|" : "", has_vnni ? "---:|" : "");
     for (int t = 1; t <= nthr; t++) {
         printf("| %7d | %14.1f | %12.1f |", t, bw[t], bw_cache[t]);
         if (fmap) printf(" %19.1f |", bw_file[t]);
         printf(" %16.1f |", fl2[t]);
         if (has_avx512) printf(" %19.1f |", fl5[t]);
+        if (has_vnni) printf(" %25.1f |", vn[t]);
         printf("\n");
     }
     if (has_model) {
