@@ -4,7 +4,7 @@
  * dtypes and byte counts are those of the real model, which is all a speed
  * benchmark reads.
  *
- *   bench_make_model OUT_DIR [--shape qwen3-0.6b|qwen3.5-0.8b|tiny] [--dtype bf16|f16|f32] [--seed N]
+ *   bench_make_model OUT_DIR [--shape qwen3-0.6b|qwen3.5-0.8b|tiny|tiny-hybrid] [--dtype bf16|f16|f32] [--seed N]
  *
  * Weights are approximately N(0, 0.02) (Irwin-Hall sum of four uniforms, rescaled),
  * norm weights are 1.0 (Qwen3.5's zero-centred norms 0.0, its A_log and dt_bias small
@@ -37,6 +37,8 @@ static const struct shape shapes[] = {
     /* Qwen/Qwen3.5-0.8B's text model: 18 DeltaNet + 6 gated-attention layers */
     {"qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 256, 248320, 262144, 10000000.0, 248044, 248046, 4, 16, 16, 128, 128, 4},
     {"tiny", 64, 128, 2, 4, 2, 16, 256, 2048, 1000000.0, 1, 2, 0, 0, 0, 0, 0, 0},
+    /* a Qwen3.5 hybrid whose rows are whole k-quant super-blocks (256): tests quantize it to Q4_K */
+    {"tiny-hybrid", 256, 512, 4, 4, 2, 64, 256, 2048, 1000000.0, 1, 2, 2, 2, 4, 64, 64, 4},
 };
 
 enum wdtype { W_BF16, W_F16, W_F32 };
@@ -132,7 +134,7 @@ static int write_text(const char *dir, const char *file, const char *text) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_make_model OUT_DIR [--shape qwen3-0.6b|qwen3.5-0.8b|tiny] [--dtype bf16|f16|f32] [--seed N]\n"
+    fprintf(f, "usage: bench_make_model OUT_DIR [--shape qwen3-0.6b|qwen3.5-0.8b|tiny|tiny-hybrid] [--dtype bf16|f16|f32] [--seed N]\n"
                "Writes config.json, generation_config.json and model.safetensors with random weights.\n");
 }
 

@@ -53,8 +53,11 @@ struct gb_rows {
     const int32_t *span;
 };
 
-/* What the ops of one forward share (host memory; backends that need it on the device
- * copy it in batch_begin). Rows are grouped by segment, segments by ascending n_rows. */
+/* What the ops of one forward share. It and the arrays it points to are host memory, and
+ * ops are handed those pointers (segs, tok, kv_row, pos, seg_of as freq): a backend whose
+ * ops run elsewhere copies them in batch_begin and finds its copies by them. Every other
+ * pointer an op gets is backend memory. Rows are grouped by segment, segments by ascending
+ * n_rows. */
 struct gb_batch {
     int n_rows, n_segs;
     const struct gb_seg *segs;  /* [n_segs] */
@@ -79,7 +82,8 @@ struct gb_state {
  * q: [n_rows][n_head][head_dim]; out: the same. k/v pool: pool row r's kv head h at
  * r * kv_stride + h * head_dim elements of kv_type (GB_TYPE_F16 or F32) from k_cache /
  * v_cache (the layer's rows of pool row 0). Query head h reads kv head h / (n_head /
- * n_head_kv). window > 0: a query at position i sees keys j with i - j < window. */
+ * n_head_kv); its scores are (q . k) * scale. window > 0: a query at position i sees keys j
+ * with i - j < window. */
 struct attn_args {
     const float *q;
     float *out;
@@ -99,9 +103,10 @@ struct attn_args {
  * q, k: rows of stride qk_stride ([nk][dk] at offsets q_off, k_off; q already
  * l2-normalised and scaled by dk^-1/2, k l2-normalised); v: stride v_stride at v_off,
  * [nv][dv]; g, beta: [n_rows][nv]; out: [n_rows][nv][dv]; the state of a segment: its
- * slot of `state`, [nv][dv][dk] (S transposed). A segment of more than one row takes the
- * chunked (parallel) form over chunks of DELTA_CHUNK rows, which computes the same values
- * in another order; a single row the recurrent step. */
+ * slot of `state`, [nv][dv][dk] (S transposed). A backend may compute a segment of more
+ * than one row in the chunked (parallel) form over chunks of DELTA_CHUNK rows from the
+ * segment's start, which gives the same values in another order (the CPU backend does; the
+ * reference is the recurrence itself); a single row is the recurrent step. */
 enum { DELTA_CHUNK = 64 };
 struct delta_args {
     const float *x;
@@ -141,7 +146,7 @@ struct backend_ops {
     void (*buf_free)(struct backend *be, void *p, size_t bytes);
     void (*upload)(struct backend *be, void *dst, const void *src, size_t bytes);   /* host -> backend */
     void (*download)(struct backend *be, void *dst, const void *src, size_t bytes); /* backend -> host */
-    void (*copy)(struct backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(struct backend *be, void *dst, const void *src, size_t bytes); /* may overlap */
     void (*zero)(struct backend *be, void *dst, size_t bytes);
     void (*sync)(struct backend *be);
 
@@ -164,16 +169,18 @@ struct backend_ops {
     /* k (<= 4) matmuls with the same input x and n_in; the same results as k matmul calls. */
     void (*matmul_multi)(struct backend *be, int k, float *const *y, const float *x, const struct gb_weight *const *w,
                          const float *const *bias, struct gb_rows r);
-    /* Mixture of experts: for each row t < n and slot s < n_sel, y[t][s][:] = x_t . W_e^T with
-     * e = ids[t][s] (W: the n_mat matrices of `stack`), x_t = x[t] (x_per_slot 0) or x[t][s];
-     * rows routed to one expert are computed together; span per (segment, expert). */
+    /* Mixture of experts: for each row t < n (the batch's rows, n = b->n_rows) and slot s <
+     * n_sel, y[t][s][:] = x_t . W_e^T with e = ids[t][s] (W: the n_mat matrices of `stack`, all
+     * of one shape), x_t = x[t] (x_per_slot 0) or x[t][s]; the rows routed to one expert are
+     * computed together, each with the span of its own segment's rows routed there. */
     void (*matmul_id)(struct backend *be, float *y, const float *x, int x_per_slot, const struct gb_weight *stack,
                       int n_mat, const int32_t *ids, int n_sel, const struct gb_batch *b, int n);
     /* y[t][:] = row ids[t] of the table as f32 for t < n; rows with ids[t] < 0 are left alone. */
     void (*get_rows)(struct backend *be, float *y, const struct gb_weight *table, const int32_t *ids, int n);
     /* dst[t][:] = src[idx[t]][:] (width floats), t < n. */
     void (*gather_rows)(struct backend *be, float *dst, const float *src, const int32_t *idx, int n, int width);
-    /* dst[(i * n2 + j) ... ]: dst[i * d1 + j * d2 + k] = src[i * s1 + j * s2 + k] for i < n1, j < n2, k < width. */
+    /* dst[i * d1 + j * d2 + k] = src[i * s1 + j * s2 + k] for i < n1, j < n2, k < width
+     * (dst and src do not overlap). */
     void (*copy_strided)(struct backend *be, float *dst, int d1, int d2, const float *src, int s1, int s2, int n1,
                          int n2, int width);
     /* RMSNorm over rows of width n: y = x / sqrt(mean(x^2) + eps) * w (y may alias x). */
@@ -220,11 +227,13 @@ struct backend_ops {
     void (*deltanet_gates)(struct backend *be, float *beta, float *g, const float *a, const float *dt_bias,
                            int n_rows, int nv);
     /* Router of a mixture of experts, per row of logits [n][n_expert]: probabilities p =
-     * softmax (f32); the k largest (ties: the lower index) into ids [n][k] (descending p)
-     * and wsel [n][k] (renormalised to sum 1 when norm). logits is overwritten. */
+     * softmax (f32, the sum in index order); the k largest (ties: the lower index) into ids
+     * [n][k] (descending p) and wsel [n][k] (renormalised to sum 1 when norm, the sum in pick
+     * order). logits is overwritten. */
     void (*moe_route)(struct backend *be, int32_t *ids, float *wsel, float *logits, int n, int n_expert, int k,
                       int norm);
-    /* out[t][:] = sum over s < k of wsel[t][s] y[t][s][:], added in ascending expert id. */
+    /* out[t][:] = sum over s < k of wsel[t][s] y[t][s][:], from 0, added in ascending expert
+     * id (equal ids in slot order), each term y * w. */
     void (*moe_combine)(struct backend *be, float *out, const float *y, const int32_t *ids, const float *wsel, int n,
                         int k, int width);
 };

@@ -561,7 +561,11 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
     struct gb_batch gb;
     int n_out = 0;
     gerbil_status st = plan_batch(cx, ub, &gb, &n_out);
-    if (st == GERBIL_OK && !dest) st = grow_outputs(cx, n_out);
+    if (st == GERBIL_OK && !dest && (st = grow_outputs(cx, n_out)) != GERBIL_OK)
+        for (int r = 0; r < gb.n_segs; r++) { /* give back the blocks the rows took */
+            struct ctx_seq *s = &cx->seqs[gb.segs[r].state];
+            kvb_truncate(&cx->blocks, &s->kv, s->len);
+        }
     if (st != GERBIL_OK) {
         pthread_mutex_unlock(&m->lock);
         return st;
