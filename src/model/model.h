@@ -158,7 +158,7 @@ struct gerbil_session {
 /* Bind and validate the weights of cfg's architecture. */
 gerbil_status llama_bind_weights(struct gerbil_model *m);
 
-/* Weight binding helpers (llama.c), shared by the layer files. */
+/* Weight binding helpers (bind.c), shared by llama.c and the layer files. */
 struct binder {
     struct gerbil_model *m;
     float *f32_next;   /* bump pointer into m->f32_store */
@@ -170,6 +170,9 @@ struct binder {
 gerbil_status bind_matrix(struct binder *b, const char *name, int64_t rows, int64_t cols, struct gb_weight *out);
 /* A float tensor of n elements (any shape with that many) converted to f32, + add. */
 gerbil_status bind_vector(struct binder *b, const char *name, int64_t n, float add, const float **out);
+/* The vectors bound so far to backend memory in one block (m->f32_dev); the pointers
+ * bind_vector set follow them. */
+gerbil_status bind_upload_vectors(struct binder *b);
 
 /* One forward's view for the layer code: the context, its batch, its rows. */
 struct fwd {

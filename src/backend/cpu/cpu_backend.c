@@ -2,7 +2,7 @@
  * heavy lifting (matmul, the dot products of attention) is in kernels.c, qmatmul.c,
  * gemm_avx512.c and attn_avx512.c; this file holds the buffers, the scratch, the layout
  * and the threading of the per-row ops. recurrent.c and cpu_moe.c hold the rest. */
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/attn_avx512.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/mlx_packed.h"
@@ -274,26 +274,7 @@ static void cpu_copy_strided(struct backend *be, float *dst, int d1, int d2, con
                    (size_t)width * sizeof(float));
 }
 
-/* ---- element-wise work split over the pool ---- */
-
-struct range_job {
-    void (*fn)(void *ctx, long lo, long hi);
-    void *ctx;
-    long n;
-};
-
-static void range_worker(void *p, int ith, int nth) {
-    const struct range_job *j = p;
-    long lo, hi;
-    tp_range(j->n, ith, nth, &lo, &hi);
-    if (lo < hi) j->fn(j->ctx, lo, hi);
-}
-
-void parallel_range(struct cpu_backend *cb, long n, long work_per_item, void (*fn)(void *, long, long), void *ctx) {
-    struct range_job j = {.fn = fn, .ctx = ctx, .n = n};
-    if (n * work_per_item < (1L << 15) || tp_n_threads(cb->tp) == 1) fn(ctx, 0, n);
-    else tp_run(cb->tp, range_worker, &j);
-}
+/* ---- norms and element-wise ops ---- */
 
 struct rms_args {
     float *y;

@@ -6,7 +6,7 @@
  * segment routed to that expert (the rows of one sequence's chunk an expert sees), the
  * segments in ascending order of it. A sequence alone thus computes exactly what it
  * computes inside a batch. */
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu.h"
 #include "base/status.h"
 
 #include <math.h>

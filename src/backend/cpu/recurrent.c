@@ -2,7 +2,7 @@
  * rolling state, per-head L2 norm, gated RMSNorm, sigmoid and product gates, and the gated delta
  * rule in its recurrent (decode) and chunked (prefill) forms. f32 throughout, in the
  * order of operations transformers uses, so results track its reference closely. */
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "base/status.h"
 

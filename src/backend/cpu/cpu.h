@@ -1,9 +1,10 @@
-/* The CPU backend (backend.h's table for this machine's cores): a thread pool of its
- * own, host memory for every buffer, and the scratch its kernels need, sized by
- * reserve() from the weights it was given (weight_prepare) so a forward allocates
- * nothing. Internal to src/backend/cpu/. */
-#ifndef GB_CPU_BACKEND_H
-#define GB_CPU_BACKEND_H
+/* The CPU backend (backend.h's table for this machine's cores: cpu_backend.c): a thread
+ * pool of its own, host memory for every buffer, and the scratch its kernels need, sized by
+ * reserve() from the weights it was given (weight_prepare) so a forward allocates nothing.
+ * What its op files (cpu_backend.c, recurrent.c, cpu_moe.c) share; internal to
+ * src/backend/cpu/. */
+#ifndef GB_CPU_H
+#define GB_CPU_H
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"

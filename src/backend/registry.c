@@ -1,6 +1,6 @@
-/* Backends by name. */
+/* Backends by name (backend.h backend_new). */
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/ref/ref_backend.h"
 #include "base/status.h"
 
