@@ -39,6 +39,8 @@ expect_fail "unknown flag" 'unknown option "--frob"' "$G" run --model $FX/llama-
 M=$FX/llama-f32
 expect_fail "threads not a number" "--threads: expected an integer" "$G" run --model $M --ids 1 --threads abc
 expect_fail "kv-type" "--kv-type: expected f16 or f32" "$G" logits --model $M --ids 1 --kv-type f8
+expect_fail "backend" "--backend: expected cpu or ref" "$G" logits --model $M --ids 1 --backend cuda
+expect_fail "bench batch" "--batch" "$G" bench --model $M --batch 0
 expect_fail "ids malformed" "--ids: expected comma-separated integers" "$G" logits --model $M --ids 1,x,3
 expect_fail "ids missing" "--ids is required" "$G" logits --model $M
 expect_fail "temperature" "--temperature: expected a number" "$G" run --model $M --ids 1 --temperature hot
@@ -135,6 +137,8 @@ c=$("$G" run --model $M --ids 1,17,100 -n 16 --seed 8 --temperature 1.0 --json 2
 if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: seeded sampling ($a / $b / $c)"; fi
 expect_ok "bench --json" '"prompt_tokens_per_s": [0-9.]+.*"gen_tokens_per_s": [0-9.]+' \
     "$G" bench --model $M -p 16 -n 4 -r 1 --json
+expect_ok "bench --batch --json" '"gen_tokens_per_s": [0-9.]+, "gen_tokens_per_s_sd": [0-9.]+, "batch": 3\}' \
+    "$G" bench --model $M -p 8 -n 4 -r 1 --batch 3 --json
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
