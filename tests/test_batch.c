@@ -385,6 +385,26 @@ static void test_sequences(const char *name, int recurrent) {
     CHECK(gerbil_context_eval(cs, &bad3) == GERBIL_ERR_INVALID_ARG);
     CHECK(gerbil_seq_len(cs, q0) == 30);
     gerbil_context_free(cs);
+    /* a block shared by two sequences that both extend it in one batch is copied once: a
+     * pool with one free block takes the batch */
+    gerbil_context_params tp = cp;
+    tp.n_ctx = 48; /* 3 blocks */
+    tp.n_seq_max = 2;
+    gerbil_context_t ct;
+    CHECK(gerbil_context_new(m, &tp, &ct) == GERBIL_OK);
+    int32_t t0, t1;
+    CHECK(gerbil_seq_new(ct, &t0) == GERBIL_OK);
+    eval_chunk(ct, t0, tok, 20, NULL, V);                 /* blocks 0, 1 (4 positions of it) */
+    CHECK(gerbil_seq_fork(ct, t0, &t1) == GERBIL_OK);
+    CHECKF(gerbil_context_n_free(ct) == 16, "%s: %d positions free, want one block", name, gerbil_context_n_free(ct));
+    int32_t two[2] = {tok[20], tok[20]}, sq[2] = {t0, t1};
+    gerbil_batch both = {.n_rows = 2, .tokens = two, .seq = sq};
+    CHECKF(gerbil_context_eval(ct, &both) == GERBIL_OK, "%s: two sequences extending their shared block: %s", name,
+           gerbil_last_error());
+    CHECK(gerbil_context_n_outputs(ct) == 2 && gerbil_context_n_free(ct) == 0);
+    CHECKF(!memcmp(gerbil_context_logits(ct, 0), gerbil_context_logits(ct, 1), sizeof(float) * V),
+           "%s: a fork and its source differ on the same token", name);
+    gerbil_context_free(ct);
     gerbil_context_free(c);
     gerbil_context_free(c1);
     free(a); free(b); free(w);

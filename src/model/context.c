@@ -458,7 +458,17 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
         if (s->len + cx->seg_n[k] > cx->n_ctx)
             return err_set(GERBIL_ERR_CONTEXT, "%d tokens after %d already in sequence %d exceed the context size %d",
                            cx->seg_n[k], s->len, (int)cx->seg_seq[k], cx->n_ctx);
-        if (cx->kv_mem) need += kvb_needed(&cx->blocks, &s->kv, s->len, s->len + cx->seg_n[k]);
+        if (!cx->kv_mem) continue;
+        need += kvb_needed(&cx->blocks, &s->kv, s->len, s->len + cx->seg_n[k]);
+        /* a shared last block that several of the batch's sequences extend is copied by all
+         * but its last holder (ref - 1 copies at most), which then writes it in place */
+        const int32_t b = kvb_cow_block(&cx->blocks, &s->kv, s->len, s->len + cx->seg_n[k]);
+        int before = 0;
+        for (int j = 0; b >= 0 && j < k; j++) {
+            const struct ctx_seq *o = &cx->seqs[cx->seg_seq[j]];
+            before += kvb_cow_block(&cx->blocks, &o->kv, o->len, o->len + cx->seg_n[j]) == b;
+        }
+        if (b >= 0 && before >= cx->blocks.ref[b] - 1) need--;
     }
     if (need > cx->blocks.n_free)
         return err_set(GERBIL_ERR_CONTEXT, "the KV cache is full: this batch needs %d more blocks of %d positions, "

@@ -58,6 +58,10 @@ static int needs_copy(const struct kv_blocks *kb, const struct kv_table *t, int 
     return len % KV_BLOCK != 0 && len / KV_BLOCK < t->n && kb->ref[t->blocks[len / KV_BLOCK]] > 1;
 }
 
+int32_t kvb_cow_block(const struct kv_blocks *kb, const struct kv_table *t, int len, int new_len) {
+    return new_len > len && needs_copy(kb, t, len) ? t->blocks[len / KV_BLOCK] : -1;
+}
+
 int kvb_needed(const struct kv_blocks *kb, const struct kv_table *t, int len, int new_len) {
     int want = (new_len + KV_BLOCK - 1) / KV_BLOCK;
     return (want > t->n ? want - t->n : 0) + (new_len > len && needs_copy(kb, t, len));

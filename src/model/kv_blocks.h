@@ -37,6 +37,8 @@ void kvt_destroy(struct kv_blocks *kb, struct kv_table *t);
 
 /* Blocks kvb_extend(t, len, new_len) would take from the pool. */
 int kvb_needed(const struct kv_blocks *kb, const struct kv_table *t, int len, int new_len);
+/* The shared block kvb_extend(t, len, new_len) would copy first, or -1. */
+int32_t kvb_cow_block(const struct kv_blocks *kb, const struct kv_table *t, int len, int new_len);
 /* Make t (holding positions [0, len)) writable for positions [len, new_len): blocks for
  * the positions past its last one, and a private copy of its last block when that is
  * shared and len falls inside it. GERBIL_ERR_CONTEXT, with nothing changed, when the
