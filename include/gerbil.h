@@ -42,10 +42,10 @@ typedef struct gerbil_model_params {
     int n_threads;        /* <= 0: number of online CPUs */
     int use_mmap;         /* 1: read weights in place from the file mapping; 0 (default):
                              copy them into memory at load, which decodes faster */
-    /* 1: run every matmul through the scalar reference (weights dequantized row by row,
-     * f32 activations, double sums). Slow; for checking numerics. The default fast
-     * kernels quantize activations to 8-bit blocks for GGUF quantized weights, as
-     * llama.cpp does. */
+    /* 1: the "ref" backend (below): every op through its scalar reference (matmuls with
+     * weights dequantized row by row, f32 activations, double sums). Slow; for checking
+     * numerics. The default fast kernels quantize activations to 8-bit blocks for GGUF
+     * quantized weights, as llama.cpp does. */
     int reference_kernels;
     /* Where the model runs: "cpu" (the default) or "ref" (every op through the scalar
      * reference kernels: the specification, slow; reference_kernels = 1 is the same).
