@@ -36,9 +36,11 @@ struct cpu_backend {
     /* delta rule: n_threads rows of delta_floats (grown on first use for a head size) */
     float *delta_scratch;
     size_t delta_floats;
-    /* matmul_id: the rows routed to one expert, gathered (inputs, outputs, indices, spans) */
+    /* matmul_id: the entries by expert (id_keys), the rows routed to one, gathered (inputs,
+     * outputs, entries, spans) */
     float *id_x, *id_y;
-    int32_t *id_rows, *id_span, *id_cnt;
+    int64_t *id_keys;
+    int32_t *id_rows, *id_span;
     void *id_segs;          /* CPU_SEG_COUNT_BYTES per segment */
     size_t id_rows_cap;
     int64_t id_n_in, id_n_out; /* the widths id_x and id_y were sized for */

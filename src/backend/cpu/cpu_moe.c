@@ -24,40 +24,48 @@ static int by_count(const void *pa, const void *pb) {
     return a->seg < b->seg ? -1 : a->seg > b->seg;
 }
 
+static int by_key(const void *pa, const void *pb) {
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
 void cpu_matmul_id(struct backend *be, float *y, const float *x, int x_per_slot, const struct gb_weight *stack,
                    int n_mat, const int32_t *ids, int n_sel, const struct gb_batch *b, int n) {
     struct cpu_backend *cb = cpu_of(be);
     const size_t total = (size_t)n * (size_t)n_sel;
-    GB_ASSERT(total <= cb->id_rows_cap && n <= b->n_rows);
-    int32_t *list = cb->id_cnt;                         /* the expert's (row, slot) indices, in row order */
-    struct seg_count *segc = (struct seg_count *)cb->id_segs; /* the segments it sees */
-    GB_ASSERT((size_t)b->n_segs <= cb->id_rows_cap);
-    for (int e = 0; e < n_mat; e++) {
+    GB_ASSERT(total <= cb->id_rows_cap && n <= b->n_rows && (size_t)b->n_segs <= cb->id_rows_cap);
+    /* the (row, slot) entries by expert, in row order within one (so grouped by segment):
+     * one sort, not a pass over all entries per expert */
+    int64_t *keys = cb->id_keys;
+    for (size_t f = 0; f < total; f++) {
+        GB_ASSERT(ids[f] >= 0 && ids[f] < n_mat);
+        keys[f] = (int64_t)ids[f] << 32 | (int64_t)f;
+    }
+    qsort(keys, total, sizeof *keys, by_key);
+    struct seg_count *segc = (struct seg_count *)cb->id_segs; /* the segments an expert sees */
+    for (size_t i0 = 0, i1; i0 < total; i0 = i1) {
+        const int e = (int)(keys[i0] >> 32);
         const struct gb_weight *w = &stack[e];
         const size_t n_in = (size_t)w->n_in, n_out = (size_t)w->n_out;
-        int cnt = 0, n_sc = 0;
-        for (size_t f = 0; f < total; f++) {
-            if (ids[f] != e) continue;
-            GB_ASSERT(ids[f] >= 0 && ids[f] < n_mat);
-            const int32_t seg = b->seg_of[f / (size_t)n_sel];
-            if (!n_sc || segc[n_sc - 1].seg != seg) segc[n_sc++] = (struct seg_count){seg, 0, cnt};
+        int n_sc = 0;
+        for (i1 = i0; i1 < total && (int)(keys[i1] >> 32) == e; i1++) {
+            const int32_t seg = b->seg_of[(size_t)(keys[i1] & 0xffffffff) / (size_t)n_sel];
+            if (!n_sc || segc[n_sc - 1].seg != seg) segc[n_sc++] = (struct seg_count){seg, 0, (int32_t)(i1 - i0)};
             segc[n_sc - 1].count++;
-            list[cnt++] = (int32_t)f;
         }
-        if (!cnt) continue;
         qsort(segc, (size_t)n_sc, sizeof *segc, by_count);
         int k = 0;
-        for (int i = 0; i < n_sc; i++)
-            for (int r = 0; r < segc[i].count; r++, k++) {
-                const int32_t f = list[segc[i].first + r];
+        for (int s = 0; s < n_sc; s++)
+            for (int r = 0; r < segc[s].count; r++, k++) {
+                const int32_t f = (int32_t)(keys[i0 + (size_t)segc[s].first + (size_t)r] & 0xffffffff);
                 cb->id_rows[k] = f;
-                cb->id_span[k] = segc[i].count;
+                cb->id_span[k] = segc[s].count;
                 memcpy(cb->id_x + (size_t)k * n_in, x + (x_per_slot ? (size_t)f : (size_t)f / (size_t)n_sel) * n_in,
                        n_in * sizeof(float));
             }
-        be->ops->matmul(be, cb->id_y, cb->id_x, w, NULL, (struct gb_rows){cnt, cb->id_span});
-        for (int i = 0; i < cnt; i++)
-            memcpy(y + (size_t)cb->id_rows[i] * n_out, cb->id_y + (size_t)i * n_out, n_out * sizeof(float));
+        be->ops->matmul(be, cb->id_y, cb->id_x, w, NULL, (struct gb_rows){k, cb->id_span});
+        for (int r = 0; r < k; r++)
+            memcpy(y + (size_t)cb->id_rows[r] * n_out, cb->id_y + (size_t)r * n_out, n_out * sizeof(float));
     }
 }
 
