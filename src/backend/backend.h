@@ -66,7 +66,6 @@ struct gb_batch {
     const int32_t *tok;         /* [n_rows] token id, or -1 for a row given as an embedding */
     const int32_t *kv_row;      /* [n_rows] the pool row its K and V go to */
     const int32_t *pos;         /* [n_rows] its RoPE position */
-    const int32_t *freq;        /* [n_rows] its row of the RoPE frequency table (NULL: row 0) */
 };
 
 static inline struct gb_rows batch_rows(const struct gb_batch *b) { return (struct gb_rows){b->n_rows, b->span}; }

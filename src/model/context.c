@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "model/rope.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,24 +20,6 @@ gerbil_context_params gerbil_context_default_params(void) {
 }
 
 /* ---- the arena: every activation buffer of one forward, one allocation ---- */
-
-struct layout {
-    size_t off;
-};
-
-/* Reserve n elements of sz bytes (64-byte aligned); returns the offset. */
-static size_t take(struct layout *l, size_t n, size_t sz) {
-    size_t o = l->off;
-    l->off += (n * sz + 63) & ~(size_t)63;
-    return o;
-}
-
-struct arena_plan {
-    size_t x, xn, q, k, v, att, gate, up, qg, dn_in, dn_conv, dn_z, dn_out, dn_g, dn_beta, dn_qkvz, dn_ba;
-    size_t moe_prob, moe_wsel, moe_sel, moe_gate, moe_up, moe_y, moe_acc, moe_shy, moe_shg, sc_in, sc_bx, sc_conv;
-    size_t inv_freq, inv_freq_local, out_x, logits, out_idx, taps;
-    size_t total;
-};
 
 static int any_kind(const struct model_config *c, enum layer_kind k) {
     for (int l = 0; l < c->n_layer; l++)
@@ -50,69 +33,62 @@ static int any_moe(const struct model_config *c) {
     return 0;
 }
 
-/* Buffers for B rows; 0-sized ones (a layer kind the model lacks) take no room. */
-static void plan_arena(const struct gerbil_context *cx, struct arena_plan *p) {
+/* Buffers for B rows at base (0: only their total size, the returned value); 0-sized ones
+ * (a layer kind the model lacks) take no room. Every buffer starts 64-byte aligned. */
+static size_t lay_out_arena(struct gerbil_context *cx, uintptr_t base) {
     const struct model_config *c = &cx->model->cfg;
     const struct deltanet_config *d = &c->dn;
+    struct act_bufs *a = &cx->a;
     const size_t B = (size_t)cx->n_batch, D = (size_t)c->n_embd, F = sizeof(float);
     const size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_head_kv * c->head_dim;
-    size_t ff = (size_t)c->n_ff;
+    size_t ff = (size_t)c->n_ff, off = 0;
     const int moe = any_moe(c);
     if (moe && (size_t)c->moe.n_ff_shexp > ff) ff = (size_t)c->moe.n_ff_shexp;
-    struct layout l = {0};
-    p->x = take(&l, B * D, F);
-    p->xn = take(&l, B * D, F);
-    p->q = take(&l, B * Q, F);
-    p->att = take(&l, B * Q, F);
-    p->k = take(&l, B * KV, F);
-    p->v = take(&l, B * KV, F);
-    p->gate = take(&l, B * (ff > Q ? ff : Q), F);
-    p->up = take(&l, B * ff, F);
-    p->qg = take(&l, c->attn_out_gate ? B * 2 * Q : 0, F);
+#define TAKE(f, n, sz) (a->f = (void *)(base + off), off += ((size_t)(n) * (sz) + 63) & ~(size_t)63)
+    TAKE(x, B * D, F);
+    TAKE(xn, B * D, F);
+    TAKE(q, B * Q, F);
+    TAKE(att, B * Q, F);
+    TAKE(k, B * KV, F);
+    TAKE(v, B * KV, F);
+    TAKE(gate, B * (ff > Q ? ff : Q), F);
+    TAKE(up, B * ff, F);
+    TAKE(qg, c->attn_out_gate ? B * 2 * Q : 0, F);
     const int dn = any_kind(c, LAYER_DELTANET);
     const size_t C = 2 * (size_t)d->n_k_heads * d->k_dim + (size_t)d->n_v_heads * d->v_dim;
     const size_t VD = (size_t)d->n_v_heads * d->v_dim, NV = (size_t)d->n_v_heads;
-    p->dn_in = take(&l, dn ? B * C : 0, F);
-    p->dn_conv = take(&l, dn ? B * C : 0, F);
-    p->dn_z = take(&l, dn ? B * VD : 0, F);
-    p->dn_out = take(&l, dn ? B * VD : 0, F);
-    p->dn_g = take(&l, dn ? B * NV : 0, F);
-    p->dn_beta = take(&l, dn ? B * NV : 0, F);
-    p->dn_qkvz = take(&l, dn && d->fused_proj & FUSED_QKVZ ? B * (C + VD) : 0, F);
-    p->dn_ba = take(&l, dn && d->fused_proj & FUSED_BA ? B * 2 * NV : 0, F);
+    TAKE(dn_in, dn ? B * C : 0, F);
+    TAKE(dn_conv, dn ? B * C : 0, F);
+    TAKE(dn_z, dn ? B * VD : 0, F);
+    TAKE(dn_out, dn ? B * VD : 0, F);
+    TAKE(dn_g, dn ? B * NV : 0, F);
+    TAKE(dn_beta, dn ? B * NV : 0, F);
+    TAKE(dn_qkvz, dn && d->fused_proj & FUSED_QKVZ ? B * (C + VD) : 0, F);
+    TAKE(dn_ba, dn && d->fused_proj & FUSED_BA ? B * 2 * NV : 0, F);
     const size_t E = moe ? (size_t)c->moe.n_expert : 0, K = moe ? (size_t)c->moe.n_used : 0;
-    p->moe_prob = take(&l, B * E, F);
-    p->moe_wsel = take(&l, B * K, F);
-    p->moe_sel = take(&l, B * K, sizeof(int32_t));
-    p->moe_gate = take(&l, B * K * (moe ? (size_t)c->moe.n_ff_exp : 0), F);
-    p->moe_up = take(&l, B * K * (moe ? (size_t)c->moe.n_ff_exp : 0), F);
-    p->moe_y = take(&l, B * K * D, F);
-    p->moe_acc = take(&l, moe ? B * D : 0, F);
-    p->moe_shy = take(&l, moe ? B * D : 0, F);
-    p->moe_shg = take(&l, moe ? B : 0, F);
+    const size_t FE = moe ? (size_t)c->moe.n_ff_exp : 0;
+    TAKE(moe_prob, B * E, F);
+    TAKE(moe_wsel, B * K, F);
+    TAKE(moe_sel, B * K, sizeof(int32_t));
+    TAKE(moe_gate, B * K * FE, F);
+    TAKE(moe_up, B * K * FE, F);
+    TAKE(moe_y, B * K * D, F);
+    TAKE(moe_acc, moe ? B * D : 0, F);
+    TAKE(moe_shy, moe ? B * D : 0, F);
+    TAKE(moe_shg, moe ? B : 0, F);
     const int sc = any_kind(c, LAYER_SHORTCONV);
-    p->sc_in = take(&l, sc ? B * 3 * D : 0, F);
-    p->sc_bx = take(&l, sc ? B * D : 0, F);
-    p->sc_conv = take(&l, sc ? B * D : 0, F);
-    p->inv_freq = take(&l, (cx->rope_dynamic[0] ? B : 1) * (size_t)(c->rope.n_dims / 2), F);
-    p->inv_freq_local = take(&l, c->has_rope_local ? (cx->rope_dynamic[1] ? B : 1) * (size_t)(c->rope_local.n_dims / 2) : 0, F);
+    TAKE(sc_in, sc ? B * 3 * D : 0, F);
+    TAKE(sc_bx, sc ? B * D : 0, F);
+    TAKE(sc_conv, sc ? B * D : 0, F);
+    TAKE(inv_freq, (cx->rope_dynamic[0] ? B : 1) * (size_t)(c->rope.n_dims / 2), F);
+    TAKE(inv_freq_local, c->has_rope_local ? (cx->rope_dynamic[1] ? B : 1) * (size_t)(c->rope_local.n_dims / 2) : 0, F);
     const size_t out = B < OUT_CHUNK ? B : OUT_CHUNK;
-    p->out_x = take(&l, out * D, F);
-    p->logits = take(&l, out * (size_t)c->n_vocab, F);
-    p->out_idx = take(&l, B, sizeof(int32_t));
-    p->taps = take(&l, (size_t)cx->n_taps * B * D, F);
-    p->total = l.off;
-}
-
-static void bind_arena(struct gerbil_context *cx, const struct arena_plan *p) {
-    char *base = cx->arena;
-    struct act_bufs *a = &cx->a;
-#define AT(f) a->f = (void *)(base + p->f)
-    AT(x); AT(xn); AT(q); AT(k); AT(v); AT(att); AT(gate); AT(up); AT(qg);
-    AT(dn_in); AT(dn_conv); AT(dn_z); AT(dn_out); AT(dn_g); AT(dn_beta); AT(dn_qkvz); AT(dn_ba);
-    AT(moe_prob); AT(moe_wsel); AT(moe_sel); AT(moe_gate); AT(moe_up); AT(moe_y); AT(moe_acc); AT(moe_shy); AT(moe_shg);
-    AT(sc_in); AT(sc_bx); AT(sc_conv); AT(inv_freq); AT(inv_freq_local); AT(out_x); AT(logits); AT(out_idx); AT(taps);
-#undef AT
+    TAKE(out_x, out * D, F);
+    TAKE(logits, out * (size_t)c->n_vocab, F);
+    TAKE(out_idx, B, sizeof(int32_t));
+    TAKE(taps, (size_t)cx->n_taps * B * D, F);
+#undef TAKE
+    return off;
 }
 
 /* ---- creation ---- */
@@ -136,6 +112,14 @@ static gerbil_status alloc_host(struct gerbil_context *cx) {
     return ok ? GERBIL_OK : err_set(GERBIL_ERR_NOMEM, "out of memory");
 }
 
+/* A KV block's pool rows: their bytes, and where block b's are. */
+static size_t kv_block_bytes(const struct gerbil_context *cx) {
+    return (size_t)KV_BLOCK * (size_t)cx->kv_stride * type_traits(cx->kv_type)->type_size;
+}
+static void *kv_block_at(const struct gerbil_context *cx, int32_t b) {
+    return (char *)cx->kv_mem + (size_t)b * kv_block_bytes(cx);
+}
+
 /* The KV pool: whole blocks for n_ctx positions, each row every attention layer's K and V. */
 static gerbil_status alloc_kv(struct gerbil_context *cx) {
     const struct model_config *c = &cx->model->cfg;
@@ -146,7 +130,7 @@ static gerbil_status alloc_kv(struct gerbil_context *cx) {
     cx->kv_k = calloc((size_t)c->n_layer, sizeof *cx->kv_k);
     cx->kv_v = calloc((size_t)c->n_layer, sizeof *cx->kv_v);
     if (!cx->kv_k || !cx->kv_v) return err_set(GERBIL_ERR_NOMEM, "out of memory");
-    cx->kv_bytes = (size_t)n_blocks * KV_BLOCK * (size_t)cx->kv_stride * elt;
+    cx->kv_bytes = (size_t)n_blocks * kv_block_bytes(cx);
     if (!cx->kv_bytes) return GERBIL_OK;
     cx->kv_mem = cx->be->ops->alloc(cx->be, cx->kv_bytes, GB_BUF_LAZY);
     if (!cx->kv_mem)
@@ -231,14 +215,12 @@ gerbil_status gerbil_context_new(gerbil_model_t m, const gerbil_context_params *
     if (st == GERBIL_OK) st = alloc_kv(cx);
     if (st == GERBIL_OK) st = alloc_state(cx);
     if (st == GERBIL_OK) {
-        struct arena_plan plan;
-        plan_arena(cx, &plan);
-        cx->arena_bytes = plan.total;
-        cx->arena = cx->be->ops->alloc(cx->be, plan.total, 0);
+        cx->arena_bytes = lay_out_arena(cx, 0);
+        cx->arena = cx->be->ops->alloc(cx->be, cx->arena_bytes, 0);
         if (!cx->arena)
             st = err_set(GERBIL_ERR_NOMEM, "out of memory for the activations of %d-row batches (%.1f MiB)",
-                         cx->n_batch, plan.total / 1048576.0);
-        else bind_arena(cx, &plan);
+                         cx->n_batch, cx->arena_bytes / 1048576.0);
+        else lay_out_arena(cx, (uintptr_t)cx->arena);
     }
     if (st == GERBIL_OK) {
         struct gb_reserve r = {.n_rows = cx->n_batch > OUT_CHUNK ? cx->n_batch : OUT_CHUNK,
@@ -293,6 +275,14 @@ static float *slot_ckpt(struct gerbil_context *cx, int32_t id) {
     return cx->rstate + ((size_t)cx->n_seq_max + (size_t)id) * cx->slot_floats;
 }
 
+/* Sequence did of dc takes the recurrent state and checkpoint of sid of sc. */
+static void copy_state(struct gerbil_context *dc, int32_t did, struct gerbil_context *sc, int32_t sid) {
+    if (!dc->rstate) return;
+    const size_t bytes = dc->slot_floats * sizeof(float);
+    dc->be->ops->copy(dc->be, slot_state(dc, did), slot_state(sc, sid), bytes);
+    dc->be->ops->copy(dc->be, slot_ckpt(dc, did), slot_ckpt(sc, sid), bytes);
+}
+
 void ctx_seq_reset(struct gerbil_context *cx, int32_t id) {
     struct ctx_seq *s = &cx->seqs[id];
     kvb_truncate(&cx->blocks, &s->kv, 0);
@@ -330,11 +320,7 @@ gerbil_status gerbil_seq_fork(gerbil_context_t cx, int32_t src, int32_t *out) {
     kvb_fork(&cx->blocks, &d->kv, &s->kv);
     d->len = s->len;
     d->ckpt_pos = s->ckpt_pos;
-    if (cx->rstate) {
-        const size_t bytes = cx->slot_floats * sizeof(float);
-        cx->be->ops->copy(cx->be, slot_state(cx, id), slot_state(cx, src), bytes);
-        cx->be->ops->copy(cx->be, slot_ckpt(cx, id), slot_ckpt(cx, src), bytes);
-    }
+    copy_state(cx, id, cx, src);
     *out = id;
     return GERBIL_OK;
 }
@@ -371,8 +357,7 @@ int gerbil_seq_len(gerbil_context_t cx, int32_t id) {
 /* Block src's pool rows to block dst (copy-on-write of a shared last block). */
 static void copy_block(void *user, int32_t dst, int32_t src) {
     struct gerbil_context *cx = user;
-    const size_t bytes = (size_t)KV_BLOCK * cx->kv_stride * type_traits(cx->kv_type)->type_size;
-    cx->be->ops->copy(cx->be, (char *)cx->kv_mem + (size_t)dst * bytes, (char *)cx->kv_mem + (size_t)src * bytes, bytes);
+    cx->be->ops->copy(cx->be, kv_block_at(cx, dst), kv_block_at(cx, src), kv_block_bytes(cx));
 }
 
 gerbil_status ctx_seq_copy(struct gerbil_context *dc, int32_t did, struct gerbil_context *sc, int32_t sid) {
@@ -383,16 +368,11 @@ gerbil_status ctx_seq_copy(struct gerbil_context *dc, int32_t did, struct gerbil
     ctx_seq_reset(dc, did);
     if (dc->kv_mem) {
         GB_TRY(kvb_extend(&dc->blocks, &d->kv, 0, s->len, copy_block, dc));
-        const size_t bytes = (size_t)KV_BLOCK * dc->kv_stride * type_traits(dc->kv_type)->type_size;
         for (int i = 0; i < d->kv.n; i++)
-            dc->be->ops->copy(dc->be, (char *)dc->kv_mem + (size_t)d->kv.blocks[i] * bytes,
-                              (char *)sc->kv_mem + (size_t)s->kv.blocks[i] * bytes, bytes);
+            dc->be->ops->copy(dc->be, kv_block_at(dc, d->kv.blocks[i]), kv_block_at(sc, s->kv.blocks[i]),
+                              kv_block_bytes(dc));
     }
-    if (dc->rstate) {
-        const size_t bytes = dc->slot_floats * sizeof(float);
-        dc->be->ops->copy(dc->be, slot_state(dc, did), slot_state(sc, sid), bytes);
-        dc->be->ops->copy(dc->be, slot_ckpt(dc, did), slot_ckpt(sc, sid), bytes);
-    }
+    copy_state(dc, did, sc, sid);
     d->len = s->len;
     d->ckpt_pos = s->ckpt_pos;
     return GERBIL_OK;
@@ -523,7 +503,7 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
     }
     *n_out = outs;
     *gb = (struct gb_batch){.n_rows = n, .n_segs = n_segs, .segs = cx->segs, .span = cx->span, .seg_of = cx->seg_of,
-                            .tok = cx->tok, .kv_row = cx->kv_row, .pos = cx->pos, .freq = NULL};
+                            .tok = cx->tok, .kv_row = cx->kv_row, .pos = cx->pos};
     return GERBIL_OK;
 }
 

@@ -81,17 +81,9 @@ static const struct module_names *module_names_for(const struct model_config *c)
     return c->post_norms ? &gemma3_names : &llama_names;
 }
 
-static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp);
-
-gerbil_status llama_bind_weights(struct gerbil_model *m) {
-    struct binder b = {.m = m};
-    gerbil_status st = bind_all(m, &b);
-    if (st == GERBIL_OK) st = bind_upload_vectors(&b);
-    free(b.slots);
-    return st;
-}
-
-static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp) {
+/* Every weight of the model into b (which it sets up): matrices handed to the backend,
+ * vectors converted on the host. */
+static gerbil_status bind_all(struct gerbil_model *m, struct binder *b) {
     const struct model_config *c = &m->cfg;
     const int64_t D = c->n_embd, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim;
@@ -107,8 +99,7 @@ static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp) {
     if (!m->f32_store || !m->layers || (n_moe && !m->experts))
         return err_set(GERBIL_ERR_NOMEM, "out of memory binding weights");
     struct gb_weight *experts = m->experts;
-    *bp = (struct binder){.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
-    struct binder *b = bp;
+    *b = (struct binder){.m = m, .f32_next = m->f32_store, .f32_left = total, .norm_add = norm_offset(m)};
 
     GB_TRY(bind_matrix(b, "model.embed_tokens.weight", c->n_vocab, D, &m->tok_embd));
     const struct module_names *nm = module_names_for(c);
@@ -172,6 +163,14 @@ static gerbil_status bind_all(struct gerbil_model *m, struct binder *bp) {
     }
 #undef NAME
     return GERBIL_OK;
+}
+
+gerbil_status llama_bind_weights(struct gerbil_model *m) {
+    struct binder b = {.m = m};
+    gerbil_status st = bind_all(m, &b);
+    if (st == GERBIL_OK) st = bind_upload_vectors(&b);
+    free(b.slots);
+    return st;
 }
 
 /* ---- forward ---- */

@@ -92,9 +92,8 @@ void moe_forward(const struct fwd *f, int l) {
     op_matmul_id(be, a->moe_y, a->moe_gate, 1, w->exp_down, E, a->moe_sel, K, f->b, n);
     op_moe_combine(be, a->moe_acc, a->moe_y, a->moe_sel, a->moe_wsel, n, K, D);
     /* the shared expert, gated per token */
-    float *const ys[2] = {a->gate, a->up};
-    const struct gb_weight *const ws[2] = {&w->w_sh_gate, &w->w_sh_up};
-    for (int i = 0; i < 2; i++) op_matmul(be, ys[i], a->xn, ws[i], NULL, f->rows);
+    op_matmul(be, a->gate, a->xn, &w->w_sh_gate, NULL, f->rows);
+    op_matmul(be, a->up, a->xn, &w->w_sh_up, NULL, f->rows);
     op_silu_mul(be, a->gate, a->gate, a->up, (long)n * m->n_ff_shexp);
     op_matmul(be, a->moe_shy, a->gate, &w->w_sh_down, NULL, f->rows);
     op_matmul(be, a->moe_shg, a->xn, &w->w_sh_router, NULL, f->rows);

@@ -121,13 +121,15 @@ static void cpu_weight_prepare(struct backend *be, struct gb_weight *w, int64_t 
     for (int64_t i = 0; i < n; i++) w[i].plan = &cb->shapes[k]->plan;
 }
 
-static int grow(void **p, size_t *have, size_t need) {
-    if (need <= *have) return 0;
-    void *q = aligned_alloc(64, (need + 63) & ~(size_t)63);
+/* *p: n_rows rows of *per bytes; grown (contents dropped) to rows of need bytes. -1: out of
+ * memory (nothing changed). */
+static int grow(void **p, size_t *per, size_t need, int n_rows) {
+    if (need <= *per) return 0;
+    void *q = aligned_alloc(64, (need * (size_t)n_rows + 63) & ~(size_t)63);
     if (!q) return -1;
     free(*p);
     *p = q;
-    *have = need;
+    *per = need;
     return 0;
 }
 
@@ -143,41 +145,31 @@ static gerbil_status cpu_reserve(struct backend *be, const struct gb_reserve *r)
         size_t a = matmul_w_work_size(&cb->shapes[i]->w, id_rows > n_rows ? id_rows : n_rows);
         if (a > work) work = a;
     }
-    int bad = grow(&cb->work, &cb->work_size, work);
-    if (!bad && (size_t)n_kv > cb->attn_floats) {
-        float *a = malloc((size_t)n_kv * (size_t)nth * sizeof(float));
-        if (a) {
-            free(cb->attn_scratch);
-            cb->attn_scratch = a;
-            cb->attn_floats = (size_t)n_kv;
-        }
-        bad = !a;
-    }
     const size_t delta = r->delta_dk > 0 ? delta_scratch_floats(r->delta_dk, r->delta_dv) : 0;
-    if (!bad && delta > cb->delta_floats) {
-        float *d = malloc(delta * (size_t)nth * sizeof(float));
-        if (d) {
-            free(cb->delta_scratch);
-            cb->delta_scratch = d;
-            cb->delta_floats = delta;
-        }
-        bad = !d;
-    }
+    size_t attn_bytes = cb->attn_floats * sizeof(float), delta_bytes = cb->delta_floats * sizeof(float);
+    void *attn = cb->attn_scratch, *dscr = cb->delta_scratch;
+    int bad = grow(&cb->work, &cb->work_size, work, 1) ||
+              grow(&attn, &attn_bytes, (size_t)n_kv * sizeof(float), nth) ||
+              grow(&dscr, &delta_bytes, delta * sizeof(float), nth);
+    cb->attn_scratch = attn;
+    cb->delta_scratch = dscr;
+    cb->attn_floats = attn_bytes / sizeof(float);
+    cb->delta_floats = delta_bytes / sizeof(float);
     /* the gathers grow with the rows and with the widest weight prepared so far */
     if (!bad && n_sel > 0 && ((size_t)id_rows > cb->id_rows_cap || cb->max_n_in > cb->id_n_in ||
                               cb->max_n_out > cb->id_n_out)) {
         size_t cap = (size_t)id_rows > cb->id_rows_cap ? (size_t)id_rows : cb->id_rows_cap;
         cb->id_n_in = cb->max_n_in;
         cb->id_n_out = cb->max_n_out;
-        free(cb->id_x); free(cb->id_y); free(cb->id_rows); free(cb->id_span); free(cb->id_cnt); free(cb->id_segs);
+        free(cb->id_x); free(cb->id_y); free(cb->id_rows); free(cb->id_span); free(cb->id_keys); free(cb->id_segs);
         cb->id_segs = malloc(cap * CPU_SEG_COUNT_BYTES);
         cb->id_x = malloc(cap * (size_t)cb->max_n_in * sizeof(float));
         cb->id_y = malloc(cap * (size_t)cb->max_n_out * sizeof(float));
         cb->id_rows = malloc(cap * sizeof(int32_t));
         cb->id_span = malloc(cap * sizeof(int32_t));
-        cb->id_cnt = malloc(cap * sizeof(int32_t));
+        cb->id_keys = malloc(cap * sizeof(int64_t));
         cb->id_rows_cap = cap;
-        bad = !cb->id_x || !cb->id_y || !cb->id_rows || !cb->id_span || !cb->id_cnt || !cb->id_segs;
+        bad = !cb->id_x || !cb->id_y || !cb->id_rows || !cb->id_span || !cb->id_keys || !cb->id_segs;
         if (bad) cb->id_rows_cap = 0;
     }
     if (bad) return err_set(GERBIL_ERR_NOMEM, "out of memory reserving scratch for %d rows", n_rows);
@@ -536,14 +528,14 @@ static void cpu_attention(struct backend *be, const struct attn_args *a) {
 static void cpu_destroy(struct backend *be) {
     struct cpu_backend *cb = cpu_of(be);
     tp_free(cb->tp);
-    for (int i = 0; i < cb->n_maps; i++) GB_ASSERT(!"a KV pool outlived its backend");
+    GB_ASSERT(cb->n_maps == 0); /* no KV pool outlives its backend */
     pthread_mutex_destroy(&cb->map_mu);
     for (int i = 0; i < cb->n_shapes; i++) free(cb->shapes[i]);
     free(cb->shapes);
     free(cb->work);
     free(cb->attn_scratch);
     free(cb->delta_scratch);
-    free(cb->id_x); free(cb->id_y); free(cb->id_rows); free(cb->id_span); free(cb->id_cnt); free(cb->id_segs);
+    free(cb->id_x); free(cb->id_y); free(cb->id_rows); free(cb->id_span); free(cb->id_keys); free(cb->id_segs);
     free(cb);
 }
 

@@ -116,30 +116,10 @@ static ALWAYS_INLINE void gemv_rows(float *y, const float *x, const char *row0, 
     }
 }
 
-static ALWAYS_INLINE void gemv(float *y, const float *x, const void *w, int n_in,
-                               int o_lo, int o_hi, enum gb_type t) {
-    size_t row_bytes = type_bytes(t) * (size_t)n_in;
-    const char *base = (const char *)w;
-    int o = o_lo;
-    for (; o + 4 <= o_hi; o += 4) {
-        const char *p = base + (size_t)o * row_bytes;
-        const char *pf = o + PREFETCH_ROWS + 4 <= o_hi ? p + PREFETCH_ROWS * row_bytes : p;
-        gemv_rows(y + o, x, p, row_bytes, pf, n_in, 4, t);
-    }
-    const char *p = base + (size_t)o * row_bytes;
-    switch (o_hi - o) {
-    case 3: gemv_rows(y + o, x, p, row_bytes, p, n_in, 3, t); break;
-    case 2: gemv_rows(y + o, x, p, row_bytes, p, n_in, 2, t); break;
-    case 1: gemv_rows(y + o, x, p, row_bytes, p, n_in, 1, t); break;
-    default: break;
-    }
-}
-
-/* Several tokens each through the decode kernel (gemv_rows: its summation order, bit for
- * bit): rows in groups of 4, every token of the call against a group before the next, so
- * the group comes from DRAM once and from L1 for the other tokens (a group of 4 bf16
- * rows of 4096 is 32 KiB). Batched decode rows take this path: a row's result is then
- * the one it gets alone. */
+/* Decode: each token through gemv_rows, rows in groups of 4 with the next group prefetched.
+ * With several tokens (batched decode rows) every token of the call goes against a group
+ * before the next, so the group comes from DRAM once and from L1 for the other tokens (4
+ * bf16 rows of 4096 are 32 KiB), and each token's result is the one it gets alone. */
 static ALWAYS_INLINE void gemv_tokens(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out,
                                       int o_lo, int o_hi, enum gb_type t) {
     size_t row_bytes = type_bytes(t) * (size_t)n_in;
@@ -280,12 +260,9 @@ static ALWAYS_INLINE void gemm(float *y, const float *x, const void *w, int n_to
 }
 
 /* One instance per weight type, so load8_w's type tests fold at compile time. */
-static void gemv_f32(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F32); }
-static void gemv_f16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_F16); }
-static void gemv_bf16(float *y, const float *x, const void *w, int n_in, int lo, int hi) { gemv(y, x, w, n_in, lo, hi, GB_TYPE_BF16); }
-static void gemvt_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
-static void gemvt_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
-static void gemvt_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
+static void gemv_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
+static void gemv_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
+static void gemv_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemv_tokens(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
 static void gemm_f32(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F32); }
 static void gemm_f16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_F16); }
 static void gemm_bf16(float *y, const float *x, const void *w, int n_tok, int n_in, int n_out, int lo, int hi) { gemm(y, x, w, n_tok, n_in, n_out, lo, hi, GB_TYPE_BF16); }
@@ -298,18 +275,11 @@ void matmul_rows_avx2(float *y, const float *x, const void *w, enum gb_type wtyp
             for (int o = o_lo; o < o_hi; o++) y[(size_t)u * n_out + o] = 0.0f;
         return;
     }
-    if (per_token && n_tok > 1) {
+    if (per_token || n_tok == 1) {
         switch (wtype) {
-        case GB_TYPE_F32: gemvt_f32(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
-        case GB_TYPE_F16: gemvt_f16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
-        default: gemvt_bf16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
-        }
-    }
-    if (n_tok == 1) {
-        switch (wtype) {
-        case GB_TYPE_F32: gemv_f32(y, x, w, n_in, o_lo, o_hi); return;
-        case GB_TYPE_F16: gemv_f16(y, x, w, n_in, o_lo, o_hi); return;
-        default: gemv_bf16(y, x, w, n_in, o_lo, o_hi); return;
+        case GB_TYPE_F32: gemv_f32(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+        case GB_TYPE_F16: gemv_f16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
+        default: gemv_bf16(y, x, w, n_tok, n_in, n_out, o_lo, o_hi); return;
         }
     }
     switch (wtype) {

@@ -984,12 +984,14 @@ int matmul_w_multi_method(threadpool_t *tp, int k, float *const *y, const float 
                           const struct gb_weight *const *w, int n_tok, void *work, int many) {
 #ifdef GERBIL_HAVE_X86
     if (many) return cpu_has_avx2() && gemm_run(tp, k, y, x, w, n_tok, work); /* prefill */
-    if (n_tok != 1 || k < 1 || k > MULTI_MAX || !cpu_has_avx2() || !qmatmul_has_avx512()) return 0;
+    if (n_tok != 1 || k < 1 || k > MULTI_MAX) return 0;
     const struct gb_weight *w0 = w[0];
-    for (int i = 0; i < k; i++)
-        if (w[i]->kind != GB_WEIGHT_MLX || !w[i]->packed || w[i]->n_in != w0->n_in ||
-            w[i]->group_size != w0->group_size || w[i]->n_out <= 0)
+    for (int i = 0; i < k; i++) {
+        struct mm_plan tmp;
+        if (!plan_of(w[i], &tmp)->packed || w[i]->n_in != w0->n_in || w[i]->group_size != w0->group_size ||
+            w[i]->n_out <= 0) /* the packed MLX 4-bit kernels for all, one x */
             return 0;
+    }
     int n = (int)w0->n_in, gs = w0->group_size; /* packed: 4-bit, n % 128 == 0, gs in 32..128 */
     struct mjob m;
     m.k = k;

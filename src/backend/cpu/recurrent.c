@@ -7,7 +7,6 @@
 #include "base/status.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -167,7 +166,7 @@ static void dgate_range(void *p, long lo, long hi) {
     const struct dgate_args *d = p;
     for (long i = lo; i < hi; i++) {
         const int h = (int)(i % d->nv);
-        d->beta[i] = 1.0f / (1.0f + expf(-d->beta[i]));
+        d->beta[i] = sigmoidf(d->beta[i]);
         d->g[i] = d->a[h] * softplusf(d->g[i] + d->dt_bias[h]);
     }
 }
