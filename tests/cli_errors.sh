@@ -40,6 +40,7 @@ M=$FX/llama-f32
 expect_fail "threads not a number" "--threads: expected an integer" "$G" run --model $M --ids 1 --threads abc
 expect_fail "kv-type" "--kv-type: expected f16 or f32" "$G" logits --model $M --ids 1 --kv-type f8
 expect_fail "backend" "--backend: expected cpu or ref" "$G" logits --model $M --ids 1 --backend cuda
+expect_fail "cpu isa" "GERBIL_CPU_ISA=.bogus.: expected auto, avx512, avx2 or scalar" env GERBIL_CPU_ISA=bogus "$G" logits --model $M --ids 1
 expect_fail "bench batch" "--batch" "$G" bench --model $M --batch 0
 expect_fail "ids malformed" "--ids: expected comma-separated integers" "$G" logits --model $M --ids 1,x,3
 expect_fail "ids missing" "--ids is required" "$G" logits --model $M

@@ -53,7 +53,9 @@ struct cpu_backend {
 
 static inline struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
 
-struct backend *backend_cpu_new(int n_threads);
+/* n_threads <= 0: the online CPUs. GERBIL_CPU_ISA (auto, avx512, avx2, scalar) forces the
+ * kernels' instruction sets for the process. */
+gerbil_status backend_cpu_new(int n_threads, struct backend **out);
 
 /* fn(ctx, lo, hi) over contiguous parts of [0, n); on the caller alone when
  * n * work_per_item is small (decode), where waking workers costs more than the work.

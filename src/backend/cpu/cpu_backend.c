@@ -580,19 +580,30 @@ static const struct backend_ops cpu_ops = {
     .moe_combine = cpu_moe_combine,
 };
 
-struct backend *backend_cpu_new(int n_threads) {
+/* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests
+ * use): avx2 (no AVX-512, as on most laptops), scalar (the reference kernels), or auto. */
+static gerbil_status apply_isa_env(void) {
+    const char *v = getenv("GERBIL_CPU_ISA");
+    if (!v || !*v || !strcmp(v, "auto") || !strcmp(v, "avx512")) return GERBIL_OK;
+    if (!strcmp(v, "avx2")) qmatmul_disable_avx512(1);
+    else if (!strcmp(v, "scalar")) cpu_force_ref(1);
+    else return err_set(GERBIL_ERR_INVALID_ARG, "GERBIL_CPU_ISA=\"%s\": expected auto, avx512, avx2 or scalar", v);
+    return GERBIL_OK;
+}
+
+gerbil_status backend_cpu_new(int n_threads, struct backend **out) {
+    *out = NULL;
+    GB_TRY(apply_isa_env());
     struct cpu_backend *cb = calloc(1, sizeof *cb);
-    if (!cb) {
-        err_set(GERBIL_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
+    if (!cb) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     cb->base.ops = &cpu_ops;
     pthread_mutex_init(&cb->map_mu, NULL);
     cb->tp = tp_create(n_threads);
     if (!cb->tp) {
         pthread_mutex_destroy(&cb->map_mu);
         free(cb);
-        return NULL;
+        return GERBIL_ERR_NOMEM; /* tp_create said why */
     }
-    return &cb->base;
+    *out = &cb->base;
+    return GERBIL_OK;
 }
