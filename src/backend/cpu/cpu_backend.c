@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/mlx_packed.h"
 #include "backend/cpu/qmatmul_avx512.h" /* qmatmul_has_avx512: the CPU check for every *_avx512.c */
+#include "backend/cpu/qmatmul_vnni.h"
 #include "base/fp16.h"
 #include "base/status.h"
 
@@ -581,11 +582,15 @@ static const struct backend_ops cpu_ops = {
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests
- * use): avx2 (no AVX-512, as on most laptops), scalar (the reference kernels), or auto. */
+ * use): avx2 (AVX2/FMA/F16C alone, as on most laptops and AMD before Zen 4: neither the
+ * AVX-512 kernels nor the 256-bit AVX512-VNNI ones), scalar (the reference kernels), or auto. */
 static gerbil_status apply_isa_env(void) {
     const char *v = getenv("GERBIL_CPU_ISA");
     if (!v || !*v || !strcmp(v, "auto") || !strcmp(v, "avx512")) return GERBIL_OK;
-    if (!strcmp(v, "avx2")) qmatmul_disable_avx512(1);
+    if (!strcmp(v, "avx2")) {
+        qmatmul_disable_avx512(1);
+        qmatmul_disable_vnni(1);
+    }
     else if (!strcmp(v, "scalar")) cpu_force_ref(1);
     else return err_set(GERBIL_ERR_INVALID_ARG, "GERBIL_CPU_ISA=\"%s\": expected auto, avx512, avx2 or scalar", v);
     return GERBIL_OK;
