@@ -280,6 +280,11 @@ gerbil_status gerbil_detok_new(gerbil_tokenizer_t tok, int skip_special, gerbil_
 void gerbil_detok_free(gerbil_detok_t d);
 /* *piece points into the detokenizer (valid until the next call); may be empty. */
 gerbil_status gerbil_detok_push(gerbil_detok_t d, int32_t id, const char **piece, size_t *len);
+/* Start in the context of ids already shown (the prompt): their text is not returned,
+ * and later pieces are decoded after them, so a continuation is exactly
+ * decode(prompt + generated) minus decode(prompt) (a SentencePiece continuation keeps
+ * its leading space, as llama.cpp prints it). Replaces any earlier context. */
+gerbil_status gerbil_detok_prime(gerbil_detok_t d, const int32_t *ids, int n);
 /* Whatever is held back at the end (replacement characters for broken UTF-8). */
 gerbil_status gerbil_detok_flush(gerbil_detok_t d, const char **piece, size_t *len);
 

@@ -25,6 +25,17 @@ assert want["text"] == "Once upon a time" + got["text"], repr(got["text"])
 PY
 ok $? "prompt ids, greedy ids and text equal llama2.c's"
 
+# 1b. a continuation keeps its leading space: decode(prompt + generated) minus decode(prompt),
+# as llama.cpp prints it (token 286 is "▁was")
+"$G" run --raw --model $D/hf "The little dog" -n 12 --temperature 0 --json > "$T/cont.json" 2>/dev/null
+python3 -c "
+import json,sys; j=json.load(open('$T/cont.json'))
+sys.exit(0 if j['token_ids'][0] == 286 and j['text'].startswith(' was a little') else 1)"
+ok $? "continuation keeps its leading space: $(head -c 120 "$T/cont.json")"
+"$G" run --raw --model $D/hf "The little dog" -n 12 --temperature 0 > "$T/cont.txt" 2>/dev/null
+python3 -c "import json,sys; t=json.load(open('$T/cont.json'))['text']; s=open('$T/cont.txt').read(); sys.exit(0 if s == t + '\\n' else 1)"
+ok $? "streamed continuation == --json text"
+
 # 2. streaming text equals the JSON text
 "$G" run --model $D/hf "Once upon a time" -n 60 --temperature 0 > "$T/stream.txt" 2>/dev/null
 python3 -c "import json,sys; t=json.load(open('$T/run.json'))['text']; s=open('$T/stream.txt').read(); sys.exit(0 if s == t + '\n' else 1)"

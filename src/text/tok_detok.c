@@ -110,6 +110,24 @@ gerbil_status gerbil_detok_push(gerbil_detok_t d, int32_t id, const char **piece
     return GERBIL_OK;
 }
 
+gerbil_status gerbil_detok_prime(gerbil_detok_t d, const int32_t *ids, int n) {
+    if (!d || (n > 0 && !ids) || n < 0) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_detok_prime: bad argument");
+    /* the last ids are enough context: a decoder's first-token rules reach one token,
+     * a byte-fallback run or an incomplete character a few more */
+    int from = n > 64 ? n - 64 : 0;
+    d->win.n = 0;
+    for (int i = from; i < n; i++) {
+        tk_strs_clear(&d->strs);
+        GB_TRY(tk_ids_to_strs(d->t, &ids[i], 1, d->skip_special, &d->strs));
+        if (d->strs.n == 0) continue;
+        if (tk_ids_push(&d->win, ids[i])) return err_set(GERBIL_ERR_NOMEM, "detokenizer: out of memory");
+    }
+    /* what the context decodes to counts as already given out */
+    GB_TRY(decode_win(d, 0, &d->text));
+    d->emitted = d->text.n;
+    return GERBIL_OK;
+}
+
 gerbil_status gerbil_detok_flush(gerbil_detok_t d, const char **piece, size_t *len) {
     if (!d || !piece || !len) return err_set(GERBIL_ERR_INVALID_ARG, "gerbil_detok_flush: NULL argument");
     *piece = "";

@@ -174,6 +174,8 @@ int textgen_run(struct textgen *tg, const int32_t *prompt, int n_prompt, FILE *s
     if (stop_init(&c.stop, tg->stops, tg->n_stops)) { fprintf(stderr, "gerbil: out of memory\n"); return 1; }
     gerbil_status s = GERBIL_OK;
     if (tg->tok) s = gerbil_detok_new(tg->tok, 1, &c.detok);
+    /* the continuation is decoded in the prompt's context (its leading space stays) */
+    if (s == GERBIL_OK && c.detok) s = gerbil_detok_prime(c.detok, prompt, n_prompt);
     if (s == GERBIL_OK) s = gerbil_sampler_new(&tg->sampling, gerbil_model_n_vocab(tg->model), &sampler);
     out->ids = malloc(((size_t)tg->gen.max_tokens + 1) * sizeof *out->ids);
     if (s != GERBIL_OK || !out->ids) {
