@@ -220,6 +220,9 @@ typedef struct gerbil_generate_params {
     /* Called with each generated id; return non-zero to stop. May be NULL. */
     int (*on_token)(void *user, int32_t id);
     void *user;
+    /* Called during the prompt's prefill with the tokens evaluated so far: 0 first, then
+     * after each chunk (done == total last), e.g. for a progress line. May be NULL. */
+    void (*on_prompt_progress)(void *user, int done, int total);
 } gerbil_generate_params;
 
 typedef struct gerbil_generate_result {

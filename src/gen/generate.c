@@ -42,7 +42,7 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
     int n_hist = n_prompt;
 
     double t0 = time_now_s();
-    gerbil_status st = gerbil_session_eval(s, prompt, n_prompt, logits, 0);
+    gerbil_status st = session_eval_progress(s, prompt, n_prompt, logits, 0, p->on_prompt_progress, p->user);
     res->prompt_s = time_now_s() - t0;
     res->stop = GERBIL_STOP_MAX_TOKENS;
 

@@ -154,6 +154,10 @@ struct gerbil_session {
     int32_t *seq_ids;                 /* (n_batch) all seq */
     int8_t *flags;                    /* (n_batch) logits wanted */
 };
+/* gerbil_session_eval with progress(user, done, n) called before the first chunk and after
+ * each (progress may be NULL). */
+gerbil_status session_eval_progress(gerbil_session_t s, const int32_t *ids, int n, float *logits, int all_logits,
+                                    void (*progress)(void *user, int done, int total), void *user);
 
 /* Bind and validate the weights of cfg's architecture. */
 gerbil_status llama_bind_weights(struct gerbil_model *m);

@@ -58,6 +58,11 @@ int gerbil_session_n_past(gerbil_session_t s) { return gerbil_seq_len(s->ctx, s-
 int gerbil_session_n_ctx(gerbil_session_t s) { return s->ctx->n_ctx; }
 
 gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n, float *logits, int all_logits) {
+    return session_eval_progress(s, ids, n, logits, all_logits, NULL, NULL);
+}
+
+gerbil_status session_eval_progress(gerbil_session_t s, const int32_t *ids, int n, float *logits, int all_logits,
+                                    void (*progress)(void *user, int done, int total), void *user) {
     const struct model_config *c = &s->model->cfg;
     struct gerbil_context *cx = s->ctx;
     if (n <= 0) return err_set(GERBIL_ERR_INVALID_ARG, "no tokens to evaluate");
@@ -70,6 +75,7 @@ gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n,
         return err_set(GERBIL_ERR_CONTEXT, "%d tokens after %d already in context exceed the context size %d",
                        n, n_past, cx->n_ctx);
     const int nb = cx->n_batch;
+    if (progress) progress(user, 0, n);
     for (int done = 0; done < n;) {
         const int pos = n_past + done, end = (pos / nb + 1) * nb; /* chunks end at multiples of n_batch */
         const int chunk = n - done < end - pos ? n - done : end - pos;
@@ -80,6 +86,7 @@ gerbil_status gerbil_session_eval(gerbil_session_t s, const int32_t *ids, int n,
         const gerbil_batch b = {.n_rows = chunk, .tokens = ids + done, .seq = s->seq_ids, .logits = s->flags};
         GB_TRY(ctx_eval(cx, &b, dest));
         done += chunk;
+        if (progress) progress(user, done, n);
     }
     if (n > 1) gerbil_seq_checkpoint(cx, s->seq); /* the state after a prompt: where a follow-up can rewind to */
     return GERBIL_OK;

@@ -18,6 +18,7 @@ struct cli_model_opts {
     int use_mmap;
     const char *backend;        /* --backend: cpu, ref (NULL: the default) */
     char path[4096];            /* the resolved local path */
+    int from_env;               /* the model came from $GERBIL_MODEL (named in errors) */
 };
 
 /* The model `gerbil run` and `gerbil chat` use when none is given. */
@@ -46,6 +47,30 @@ const char *cli_value(int argc, char **argv, int *i);
  * a session (s may be NULL). o->model is the local path afterwards. Prints the error
  * and returns non-zero on failure. */
 int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s);
+/* The resolution step of cli_open alone (o->path, o->model), e.g. to read the tokenizer
+ * and chat template before the weights; cli_open does not resolve again afterwards. */
+int cli_resolve_model(struct cli_model_opts *o);
+/* Whether ref names a model rather than text: an existing folder, a .gguf file, or a
+ * string shaped like a Hugging Face repo id (org/name[@rev][:FILE]). */
+int cli_looks_like_model(const char *ref);
+
+/* argv with "--flag=value" and "-n5" (the short options taking a value: -n -m -t -c -f)
+ * split in two; attached[i] marks a value that came attached, so that a flag taking
+ * none can be told so. */
+struct cli_args {
+    int argc;
+    char **argv;
+    unsigned char *attached;
+    char **owned;
+    int n_owned;
+};
+int cli_args_expand(int argc, char **argv, struct cli_args *out);
+void cli_args_free(struct cli_args *a);
+/* "gerbil CMD: unknown option "OPT"" with a "did you mean" among the flags that
+ * help() prints, and a pointer to CMD --help. */
+void cli_unknown_option(const char *cmd, const char *opt, void (*help)(FILE *));
+/* The closest of the n candidates to s (edit distance), or NULL when none is close. */
+const char *cli_nearest(const char *s, const char *const *cands, int n);
 
 /* ---- cli_hub.c: models by name ---- */
 /* Hub parameters from the environment, --token (may be NULL), and a progress bar on stderr. */

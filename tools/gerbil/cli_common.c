@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <ctype.h>
+#include <sys/stat.h>
 
 int cli_fail(const char *what, gerbil_status st) {
     const char *msg = gerbil_last_error();
@@ -181,30 +183,78 @@ static void load_progress(void *user, const char *path, size_t done, size_t tota
 }
 
 /* o->model -> a local path in o->path. */
-static int resolve_model(struct cli_model_opts *o) {
+int cli_resolve_model(struct cli_model_opts *o) {
     const char *env = getenv("GERBIL_MODEL");
-    if (!o->model && env && env[0]) o->model = env;
+    if (!o->model && env && env[0]) o->model = env, o->from_env = 1;
     if (!o->model && o->default_model) o->model = CLI_DEFAULT_MODEL;
     if (!o->model) {
         fprintf(stderr, "gerbil: no model given (use --model DIR, FILE.gguf or org/name, or set GERBIL_MODEL)\n");
         return 1;
     }
     o->ref = o->model;
-    if (cli_resolve_ref(o->model, o->token, o->path, sizeof o->path)) return 1;
+    /* a file of a Hugging Face folder: the folder is what loads */
+    struct stat st;
+    const char *base = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    size_t bl = strlen(base);
+    if (stat(o->model, &st) == 0 && S_ISREG(st.st_mode) &&
+        ((bl > 12 && !strcmp(base + bl - 12, ".safetensors")) || (bl > 5 && !strcmp(base + bl - 5, ".json")))) {
+        int dl = (int)(base - o->model) - 1; /* the folder part, without its last '/' */
+        fprintf(stderr, "gerbil: %s%s is a file of a model folder; pass the folder: --model %.*s\n", o->model,
+                o->from_env ? " (from $GERBIL_MODEL)" : "", dl > 0 ? dl : 1, dl > 0 ? o->model : dl ? "." : "/");
+        return 1;
+    }
+    if (cli_resolve_ref(o->model, o->token, o->path, sizeof o->path)) {
+        if (o->from_env) fprintf(stderr, "gerbil: (the model \"%s\" came from $GERBIL_MODEL)\n", o->ref);
+        return 1;
+    }
     o->model = o->path;
     return 0;
 }
 
+int cli_looks_like_model(const char *ref) {
+    struct stat st;
+    size_t n = strlen(ref);
+    int gguf = n > 5 && !strcmp(ref + n - 5, ".gguf");
+    if (stat(ref, &st) == 0) return S_ISDIR(st.st_mode) || gguf;
+    if (gguf) return 1;
+    /* org/name[@rev][:FILE]: one slash between two names of [A-Za-z0-9._-], no spaces after */
+    size_t id_len = strcspn(ref, "@:");
+    int slashes = 0;
+    for (size_t i = 0; i < id_len; i++) {
+        if (ref[i] == '/') {
+            if (i == 0 || i + 1 == id_len) return 0;
+            slashes++;
+        } else if (!isalnum((unsigned char)ref[i]) && !strchr("._-", ref[i])) {
+            return 0;
+        }
+    }
+    if (slashes != 1) return 0;
+    for (const char *p = ref + id_len; *p; p++)
+        if (isspace((unsigned char)*p)) return 0;
+    return 1;
+}
+
 int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
-    if (resolve_model(o)) return 1;
+    if (o->model != o->path && cli_resolve_model(o)) return 1;
+    long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_cpu > 0 && o->n_threads > n_cpu)
+        fprintf(stderr, "gerbil: warning: --threads %d exceeds the %ld CPUs; more threads than CPUs is slower\n",
+                o->n_threads, n_cpu);
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = o->n_threads;
     mp.use_mmap = o->use_mmap;
     mp.backend = o->backend;
     mp.progress = load_progress;
     gerbil_status st = gerbil_model_load(o->model, &mp, m);
-    if (st != GERBIL_OK) return cli_fail("cannot load model", st);
+    if (st != GERBIL_OK) {
+        cli_fail("cannot load model", st);
+        if (o->from_env) fprintf(stderr, "gerbil: (the model \"%s\" came from $GERBIL_MODEL)\n", o->ref);
+        return 1;
+    }
     if (!s) return 0;
+    if (o->n_ctx > gerbil_model_n_ctx_train(*m) && gerbil_model_n_ctx_train(*m) > 0)
+        fprintf(stderr, "gerbil: warning: --ctx-size %d exceeds the %d tokens the model was trained on; "
+                        "beyond them its output degrades\n", o->n_ctx, gerbil_model_n_ctx_train(*m));
     gerbil_session_params sp = gerbil_session_default_params();
     sp.n_ctx = o->n_ctx;
     sp.kv_type = o->kv_type;
@@ -215,4 +265,101 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
         return cli_fail("cannot create session", st);
     }
     return 0;
+}
+
+int cli_args_expand(int argc, char **argv, struct cli_args *out) {
+    memset(out, 0, sizeof *out);
+    out->argv = calloc((size_t)argc * 2 + 1, sizeof *out->argv);
+    out->attached = calloc((size_t)argc * 2 + 1, 1);
+    out->owned = calloc((size_t)argc + 1, sizeof *out->owned);
+    if (!out->argv || !out->attached || !out->owned) goto oom;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        size_t name_len = 0;
+        if (i > 0 && a[0] == '-' && a[1] == '-' && a[2] && eq) name_len = (size_t)(eq - a);  /* --flag=value */
+        else if (i > 0 && a[0] == '-' && a[1] && strchr("nmtcf", a[1]) && a[2]) name_len = 2; /* -n5 */
+        if (!name_len) {
+            out->argv[out->argc++] = argv[i];
+            continue;
+        }
+        char *name = strndup(a, name_len);
+        if (!name) goto oom;
+        out->owned[out->n_owned++] = name;
+        out->argv[out->argc++] = name;
+        out->attached[out->argc] = 1;
+        out->argv[out->argc++] = (char *)a + name_len + (a[name_len] == '=');
+    }
+    return 0;
+oom:
+    fprintf(stderr, "gerbil: out of memory\n");
+    cli_args_free(out);
+    return -1;
+}
+
+void cli_args_free(struct cli_args *a) {
+    for (int i = 0; a->owned && i < a->n_owned; i++) free(a->owned[i]);
+    free(a->owned);
+    free(a->argv);
+    free(a->attached);
+    memset(a, 0, sizeof *a);
+}
+
+/* Levenshtein distance of two short strings (longer ones count as far apart). */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 1 << 20;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+const char *cli_nearest(const char *s, const char *const *cands, int n) {
+    const char *best = NULL;
+    int best_d = 1 << 20;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(s, cands[i]);
+        if (d < best_d) best_d = d, best = cands[i];
+    }
+    int limit = strlen(s) > 6 ? 3 : strlen(s) > 3 ? 2 : 1;
+    return best && best_d <= limit ? best : NULL;
+}
+
+void cli_unknown_option(const char *cmd, const char *opt, void (*help)(FILE *)) {
+    char *text = NULL, *flags[256];
+    size_t len = 0;
+    int n = 0;
+    FILE *f = help ? open_memstream(&text, &len) : NULL;
+    if (f) {
+        help(f);
+        fclose(f);
+    }
+    /* the flags the help text names: "--word-word" and "-x" after a space or comma */
+    for (char *p = text; p && *p && n < 256; p++) {
+        if (*p != '-' || (p > text && !strchr(" ,[(|\n", p[-1]))) continue;
+        size_t k = p[1] == '-' ? 2 : 1;
+        while (isalnum((unsigned char)p[k]) || p[k] == '-') k++;
+        if (k < 2 || (k == 2 && p[1] == '-')) continue;
+        if (!(flags[n] = strndup(p, k))) break;
+        n++;
+        p += k - 1;
+    }
+    char *bare = strndup(opt, strcspn(opt, "="));
+    const char *near = bare ? cli_nearest(bare, (const char *const *)flags, n) : NULL;
+    fprintf(stderr, "gerbil %s: unknown option \"%s\"", cmd, opt);
+    if (near) fprintf(stderr, "; did you mean %s?", near);
+    fprintf(stderr, " ('gerbil %s --help' lists the options)\n", cmd);
+    for (int i = 0; i < n; i++) free(flags[i]);
+    free(bare);
+    free(text);
 }

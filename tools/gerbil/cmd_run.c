@@ -1,21 +1,26 @@
-/* gerbil run --model DIR ("prompt" | - | --ids 1,17,300) [options] */
+/* gerbil run [MODEL] ("prompt" | - | -f FILE | --ids 1,17,300) [options] */
 #include "cli.h"
 #include "textgen.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: gerbil run [--model M] [\"prompt\" | - | --ids 1,17,300] [options]\n\n"
+    fprintf(f, "usage: gerbil run [MODEL | --model M] [\"prompt\" | - | -f FILE | --ids 1,17,300] [options]\n\n"
                "Generates text after a prompt and streams it to stdout. A text prompt goes through the\n"
                "model's chat template when it has one (as a user message) and its tokenizer; '-' reads\n"
                "the prompt from stdin. With --ids the prompt is token ids and the output is ids.\n"
+               "MODEL before the prompt (a folder, a .gguf file or a repo id org/name) is --model's.\n"
                "Without --model (or $GERBIL_MODEL) the model is " CLI_DEFAULT_MODEL ",\n"
                "downloaded from the Hugging Face hub on first use.\n\noptions:\n"
                "      --ids LIST            prompt as comma-separated token ids\n"
+               "  -f, --file FILE           read the prompt from FILE (one trailing newline dropped)\n"
                "      --raw                 send the text as is (no chat template; BOS as the tokenizer adds it)\n"
                "      --system TEXT         system message for the chat template\n"
+               "      --chat-template FILE  use the Jinja chat template in FILE instead of the model's\n"
                "      --think, --no-think   set the template's enable_thinking (where it supports it)\n"
                "      --stop STR            stop when the text contains STR (repeatable; cut from the output)\n"
                "  -n, --max-tokens N        tokens to generate (default 512)\n"
@@ -24,9 +29,12 @@ static void help(FILE *f) {
                "      --top-p P             nucleus mass (default 0.9; 1 = off)\n"
                "      --min-p P             drop below P x top probability (default 0 = off)\n"
                "      --repeat-penalty R    CTRL-style repetition penalty (default 1.0 = off)\n"
-               "      --seed S              sampling seed (default 0); same seed, same tokens\n"
+               "      --seed S              sampling seed (default -1: a random one, printed by --json and\n"
+               "                            -v); the same seed gives the same tokens\n"
                "      --ignore-eos          do not stop at end-of-sequence ids\n"
-               "      --json                print one object: {\"text\", \"token_ids\", \"timings\", ...}\n");
+               "      --json                print one object: {\"text\", \"token_ids\", \"seed\", \"timings\", ...}\n"
+               "  -v, --verbose             say what runs: model, prompt tokens, sampling and the seed\n"
+               "  -q, --quiet               no stats line, warnings or progress on stderr\n");
     cli_print_model_opts_help(f);
 }
 
@@ -46,18 +54,26 @@ static void print_json(const struct textgen *tg, const int32_t *prompt, int n_pr
     for (int i = 0; i < n_prompt; i++) printf(i ? ", %d" : "%d", (int)prompt[i]);
     printf("], \"token_ids\": [");
     for (int i = 0; i < o->n_ids; i++) printf(i ? ", %d" : "%d", (int)o->ids[i]);
-    printf("], \"n_prompt\": %d, \"n_generated\": %d, \"stop_reason\": \"%s\", "
+    printf("], \"n_prompt\": %d, \"n_generated\": %d, \"stop_reason\": \"%s\", \"seed\": %llu, "
            "\"timings\": {\"prompt_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
            "\"gen_ms\": %.3f, \"gen_tokens_per_s\": %.3f}}\n",
-           r->n_prompt, r->n_generated, textgen_stop_name(o), r->prompt_s * 1e3, pp, r->gen_s * 1e3, tgs);
+           r->n_prompt, r->n_generated, textgen_stop_name(o), (unsigned long long)tg->sampling.seed, r->prompt_s * 1e3,
+           pp, r->gen_s * 1e3, tgs);
 }
 
+/* A prompt read from a file or stdin: one trailing newline dropped (as llama.cpp's -f),
+ * since editors and echo end the text with one. */
+static void strip_newline(char *t) {
+    size_t n = strlen(t);
+    if (n && t[n - 1] == '\n') t[--n] = 0;
+    if (n && t[n - 1] == '\r') t[--n] = 0;
+}
 
-int cmd_run(int argc, char **argv) {
+static int run_main(int argc, char **argv, const unsigned char *attached) {
     struct cli_model_opts o = {.default_model = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
-    const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL;
-    int json = 0, raw = 0;
+    const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL, *file = NULL, *pos[2];
+    int json = 0, raw = 0, n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -67,28 +83,64 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--raw")) { raw = 1; continue; }
-        if (!strcmp(a, "--ids") || !strcmp(a, "--system")) {
+        if (!strcmp(a, "--ids") || !strcmp(a, "--system") || !strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
-            *(!strcmp(a, "--ids") ? &ids_arg : &system) = v;
+            *(!strcmp(a, "--ids") ? &ids_arg : !strcmp(a, "--system") ? &system : &file) = v;
             continue;
         }
-        if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "gerbil run: unknown option \"%s\"\n", a);
-            help(stderr);
+        if (attached[i]) {
+            fprintf(stderr, "gerbil run: option %s takes no value (got \"%s\")\n", argv[i - 1], a);
             return 2;
         }
-        if (text) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
-        text = a;
+        if (a[0] == '-' && a[1]) {
+            cli_unknown_option("run", a, help);
+            return 2;
+        }
+        if (n_pos == 2) { fprintf(stderr, "gerbil run: more than one prompt given\n"); return 2; }
+        pos[n_pos++] = a;
     }
-    if (!ids_arg && !text) { fprintf(stderr, "gerbil run: no prompt (give text, '-' for stdin, or --ids 1,17,300)\n"); return 2; }
-    if (ids_arg && text) { fprintf(stderr, "gerbil run: give either a text prompt or --ids, not both\n"); return 2; }
+    /* MODEL "prompt", as ollama run: the first of two positionals names the model */
+    if (n_pos == 2 || (n_pos == 1 && (ids_arg || file) && !o.model && cli_looks_like_model(pos[0]))) {
+        if (o.model || !cli_looks_like_model(pos[0])) {
+            fprintf(stderr, "gerbil run: more than one prompt given (%s)\n",
+                    o.model ? "the model is --model's" : "the first is no model folder, .gguf file or org/name repo id");
+            return 2;
+        }
+        o.model = pos[0];
+        pos[0] = pos[1];
+        n_pos--;
+    }
+    if (n_pos == 1) text = pos[0];
+    struct stat st;
+    if (text && !o.model && !ids_arg && !file && stat(text, &st) == 0 && cli_looks_like_model(text)) {
+        fprintf(stderr, "gerbil run: no prompt after the model %s (give text, '-' for stdin, -f FILE or --ids; "
+                        "gerbil chat %s for a conversation)\n", text, text);
+        return 2;
+    }
+    if (!ids_arg && !text && !file) {
+        fprintf(stderr, "gerbil run: no prompt (give text, '-' for stdin, -f FILE, or --ids 1,17,300)\n");
+        return 2;
+    }
+    if (!!ids_arg + !!text + !!file > 1) {
+        fprintf(stderr, "gerbil run: give one prompt: text, '-', -f FILE or --ids, not several\n");
+        return 2;
+    }
+    textgen_seed(&tg);
 
     int32_t *prompt = NULL;
     int n_prompt = 0, rc = 1;
     char *stdin_text = NULL, *messages = NULL;
     struct textgen_out out = {0};
     if (ids_arg && cli_parse_ids(ids_arg, &prompt, &n_prompt)) return 2;
-    if (cli_open(&o, &tg.model, &tg.session)) { free(prompt); return 1; }
+    if (file) {
+        if (!(text = stdin_text = cli_read_file(file, NULL))) {
+            fprintf(stderr, "gerbil run: -f: cannot read %s: %s\n", file, strerror(errno));
+            return 2;
+        }
+        strip_newline(stdin_text);
+    }
+    /* the prompt is encoded before the weights load: its mistakes cost no load */
+    if (cli_resolve_model(&o)) goto done;
     /* --ids prints ids: the tokenizer is only needed for a text prompt or --json's "text" */
     if ((text || json) && textgen_load_text(&tg, o.model)) goto done;
     if (text) {
@@ -100,6 +152,7 @@ int cmd_run(int argc, char **argv) {
         }
         if (!strcmp(text, "-")) {
             if (!(text = stdin_text = cli_read_all(stdin, NULL))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            strip_newline(stdin_text);
         }
         if (tg.tmpl && !raw) {
             if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;
@@ -108,11 +161,20 @@ int cmd_run(int argc, char **argv) {
         } else {
             if (system) fprintf(stderr, "gerbil run: --system ignored: %s\n",
                                 raw ? "--raw sends the text as is" : "the model has no chat template");
+            else if (!raw && !tg.quiet)
+                fprintf(stderr, "gerbil run: warning: %s has no chat template, so the prompt is sent as is "
+                                "(--chat-template FILE gives one; --raw says this is meant)\n", o.ref);
             gerbil_status s = gerbil_tokenize(tg.tok, text, strlen(text), 1, &prompt, &n_prompt);
             if (s != GERBIL_OK) { cli_fail("tokenize", s); goto done; }
         }
         if (n_prompt == 0) { fprintf(stderr, "gerbil run: the prompt encodes to no tokens\n"); goto done; }
     }
+    if (cli_open(&o, &tg.model, &tg.session)) goto done;
+    if (tg.verbose)
+        fprintf(stderr, "gerbil run: model %s; prompt %d tokens; temperature %g, top-k %d, top-p %g, min-p %g, "
+                        "repeat-penalty %g; seed %llu\n", o.model, n_prompt, tg.sampling.temperature, tg.sampling.top_k,
+                tg.sampling.top_p, tg.sampling.min_p, tg.sampling.repetition_penalty,
+                (unsigned long long)tg.sampling.seed);
     /* Text prompts stream text; --ids prompts keep printing ids (the parity contract). */
     FILE *stream = json || ids_arg ? NULL : stdout;
     if (textgen_run(&tg, prompt, n_prompt, stream, &out)) goto done;
@@ -123,9 +185,11 @@ int cmd_run(int argc, char **argv) {
         if (ids_arg)
             for (int i = 0; i < out.n_ids; i++) printf(i ? " %d" : "%d", (int)out.ids[i]);
         printf("\n");
-        fprintf(stderr, "[prompt: %d tokens, %.2f tok/s | generated: %d tokens, %.2f tok/s | stop: %s]\n", r->n_prompt,
-                r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0, r->n_generated,
-                r->n_generated > 1 && r->gen_s > 0 ? (r->n_generated - 1) / r->gen_s : 0, textgen_stop_name(&out));
+        fflush(stdout);
+        if (!tg.quiet)
+            fprintf(stderr, "[prompt: %d tokens, %.2f tok/s | generated: %d tokens, %.2f tok/s | stop: %s]\n",
+                    r->n_prompt, r->prompt_s > 0 ? r->n_prompt / r->prompt_s : 0, r->n_generated,
+                    r->n_generated > 1 && r->gen_s > 0 ? (r->n_generated - 1) / r->gen_s : 0, textgen_stop_name(&out));
     }
     rc = 0;
     goto done;
@@ -140,5 +204,13 @@ done:
     gerbil_tokenizer_free(tg.tok);
     gerbil_session_free(tg.session);
     gerbil_model_free(tg.model);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    struct cli_args a;
+    if (cli_args_expand(argc, argv, &a)) return 1;
+    int rc = run_main(a.argc, a.argv, a.attached);
+    cli_args_free(&a);
     return rc;
 }

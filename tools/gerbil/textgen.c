@@ -3,14 +3,25 @@
 #include "gen/stop.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v;
     gerbil_sampler_params *sp = &tg->sampling;
     if (!strcmp(a, "--ignore-eos")) { tg->gen.ignore_eos = 1; return 1; }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { tg->verbose = 1; return 1; }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { tg->quiet = 1; return 1; }
+    if (!strcmp(a, "--chat-template")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        tg->template_file = v;
+        return 1;
+    }
     if (!strcmp(a, "--think") || !strcmp(a, "--no-think")) {
         tg->var_names[0] = "enable_thinking";
         tg->var_values[0] = !strcmp(a, "--think") ? "true" : "false";
@@ -34,11 +45,14 @@ int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv
     }
     if (!strcmp(a, "--seed")) {
         char *end;
+        errno = 0;
+        if (!strcmp(v, "-1")) { tg->seed_fixed = 0; return 1; } /* random, as llama.cpp */
         sp->seed = strtoull(v, &end, 10);
-        if (end == v || *end) {
-            fprintf(stderr, "gerbil %s: --seed: expected an integer, got \"%s\"\n", cmd, v);
+        if (end == v || *end || errno || v[0] == '-' || v[0] == '+') {
+            fprintf(stderr, "gerbil %s: --seed: expected an integer >= 0, or -1 for a random seed, got \"%s\"\n", cmd, v);
             return -1;
         }
+        tg->seed_fixed = 1;
         return 1;
     }
     int bad;
@@ -48,7 +62,33 @@ int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv
     else if (!strcmp(a, "--top-p")) bad = cli_parse_float(a, v, &sp->top_p);
     else if (!strcmp(a, "--min-p")) bad = cli_parse_float(a, v, &sp->min_p);
     else bad = cli_parse_float(a, v, &sp->repetition_penalty);
-    return bad ? -1 : 1;
+    if (bad) return -1;
+    /* the sampler's ranges, checked here so that a typo fails before the model loads */
+    const char *range = NULL;
+    if ((!strcmp(a, "--temperature") || !strcmp(a, "--temp")) && sp->temperature < 0) range = "temperature must be >= 0";
+    else if (!strcmp(a, "--top-p") && !(sp->top_p > 0 && sp->top_p <= 1)) range = "top-p must be in (0, 1]";
+    else if (!strcmp(a, "--min-p") && !(sp->min_p >= 0 && sp->min_p <= 1)) range = "min-p must be in [0, 1]";
+    else if ((!strcmp(a, "--repeat-penalty") || !strcmp(a, "--repetition-penalty")) && !(sp->repetition_penalty > 0))
+        range = "repetition penalty must be > 0";
+    if (range) {
+        fprintf(stderr, "gerbil %s: %s: %s, got \"%s\"\n", cmd, a, range, v);
+        return -1;
+    }
+    return 1;
+}
+
+uint64_t textgen_seed(struct textgen *tg) {
+    if (!tg->seed_fixed) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            r = (uint32_t)(ts.tv_nsec ^ ts.tv_sec ^ getpid());
+        }
+        tg->sampling.seed = r; /* 32 bits, as llama.cpp: short enough to pass back as --seed */
+        tg->seed_fixed = 1;
+    }
+    return tg->sampling.seed;
 }
 
 /* The text of a special token id, or NULL. */
@@ -68,12 +108,18 @@ static int load_gguf_text(struct textgen *tg, const char *path) {
     }
     if (s != GERBIL_OK) return cli_fail("cannot load the tokenizer from the GGUF metadata", s);
     const char *src = gerbil_tokenizer_chat_template(tg->tok, NULL);
+    char *file_src = NULL;
+    if (tg->template_file && !(src = file_src = cli_read_file(tg->template_file, NULL))) {
+        fprintf(stderr, "gerbil: --chat-template: cannot read %s: %s\n", tg->template_file, strerror(errno));
+        return 1;
+    }
     if (!src) return 0;
     char *bos = token_text(tg->tok, gerbil_tokenizer_bos(tg->tok));
     char *eos = token_text(tg->tok, gerbil_tokenizer_eos(tg->tok));
     s = gerbil_chat_template_new(src, bos, eos, &tg->tmpl);
     free(bos);
     free(eos);
+    free(file_src);
     return s == GERBIL_OK ? 0 : cli_fail("chat template", s);
 }
 
@@ -85,7 +131,11 @@ int textgen_load_text(struct textgen *tg, const char *dir) {
     if (stat(path, &st) != 0) return 0;
     gerbil_status s = gerbil_tokenizer_load(dir, &tg->tok);
     if (s != GERBIL_OK) return cli_fail("cannot load the tokenizer", s);
-    s = gerbil_chat_template_load(dir, NULL, &tg->tmpl);
+    if (tg->template_file && access(tg->template_file, R_OK) != 0) {
+        fprintf(stderr, "gerbil: --chat-template: cannot read %s: %s\n", tg->template_file, strerror(errno));
+        return 1;
+    }
+    s = gerbil_chat_template_load(dir, tg->template_file, &tg->tmpl);
     if (s != GERBIL_OK) return cli_fail("cannot load the chat template", s);
     return 0;
 }
@@ -125,7 +175,27 @@ struct stream_ctx {
     char *text;
     size_t len, cap;
     int stopped, oom;
+    double t_prompt;               /* when the prefill started (progress line) */
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "prompt: 512/1400 tokens, 11.2 tok/s", redrawn in place on the terminal and erased
+ * when the prefill ends (the answer then starts where it stood). */
+static void on_prompt_progress(void *user, int done, int total) {
+    struct stream_ctx *c = user;
+    if (done == 0) c->t_prompt = now_s();
+    double dt = now_s() - c->t_prompt;
+    fprintf(stderr, "\rprompt: %d/%d tokens", done, total);
+    if (done > 0 && dt > 0) fprintf(stderr, ", %.1f tok/s", done / dt);
+    fputs("\033[K", stderr);
+    if (done == total) fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
 
 static void emit(struct stream_ctx *c, const char *p, size_t n) {
     if (!n) return;
@@ -185,6 +255,7 @@ int textgen_run(struct textgen *tg, const int32_t *prompt, int n_prompt, FILE *s
     gerbil_generate_params gp = tg->gen;
     gp.on_token = on_token;
     gp.user = &c;
+    if (!tg->quiet && isatty(2)) gp.on_prompt_progress = on_prompt_progress; /* nothing when not a terminal */
     s = gerbil_generate(tg->session, sampler, prompt, n_prompt, &gp, out->ids, &out->res);
     out->n_ids = out->res.n_generated;
     if (s != GERBIL_OK) {

@@ -22,6 +22,9 @@ struct textgen {
     const char *var_names[TEXTGEN_MAX_VARS], *var_values[TEXTGEN_MAX_VARS];
     int n_vars;
     volatile sig_atomic_t *interrupted; /* set asynchronously to stop the current answer */
+    int seed_fixed;                /* --seed S given (else a random seed, --seed -1) */
+    int verbose, quiet;            /* -v/--verbose, -q/--quiet */
+    const char *template_file;     /* --chat-template FILE: replaces the model's template */
 };
 
 struct textgen_out {
@@ -38,7 +41,11 @@ struct textgen_out {
  * a bad value (message printed). */
 int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv, int *i);
 
-/* Load the tokenizer and chat template of dir (both optional). Prints errors. */
+/* The seed sampling uses: --seed's, else a random one (stored in tg->sampling.seed). */
+uint64_t textgen_seed(struct textgen *tg);
+
+/* Load the tokenizer and chat template of dir (both optional; --chat-template's file
+ * replaces the model's template). Prints errors. */
 int textgen_load_text(struct textgen *tg, const char *dir);
 /* Render messages (a JSON array) with the chat template and tokenize the result for
  * the next assistant turn. Prints errors. */
