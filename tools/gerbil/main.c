@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             GERBIL_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-8s %s\n", "version", "print the version (also --version, -v)");
     fprintf(f, "\nA model (--model M) is a folder, a .gguf file or a Hugging Face repo id such as\n"
                "Qwen/Qwen3-0.6B, downloaded on first use; run and chat default to %s.\n"
                "'gerbil COMMAND --help' describes each command's options.\n", CLI_DEFAULT_MODEL);
@@ -37,10 +38,20 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
-    if (!strcmp(cmd, "--version")) { printf("gerbil %s\n", GERBIL_VERSION); return 0; }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    /* --version, -v and version print the same (as ollama -v); -v after a command is --verbose */
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-v") || !strcmp(cmd, "version")) {
+        printf("gerbil %s\n", GERBIL_VERSION);
+        return 0;
+    }
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "gerbil: unknown command \"%s\"\n\n", cmd);
+        names[i] = commands[i].name;
+    }
+    const char *near = cli_nearest(cmd, names, (int)(sizeof names / sizeof names[0]));
+    fprintf(stderr, "gerbil: unknown command \"%s\"", cmd);
+    if (near) fprintf(stderr, "; did you mean %s?", near);
+    fprintf(stderr, "\n\n");
     usage(stderr);
     return 2;
 }
