@@ -208,6 +208,13 @@ int cli_resolve_model(struct cli_model_opts *o) {
         return 1;
     }
     o->model = o->path;
+    if (stat(o->model, &st) != 0) {
+        fprintf(stderr, "gerbil: cannot load model: %s: %s%s\n", o->model,
+                errno == ENOENT ? "no such file or directory (expected a Hugging Face model folder or a .gguf file)"
+                                : strerror(errno),
+                o->from_env ? " (from $GERBIL_MODEL)" : "");
+        return 1;
+    }
     return 0;
 }
 

@@ -4,6 +4,8 @@
  * renders it, with no newline added. */
 #include "cli.h"
 #include "io/json.h"
+#include "textgen.h"
+#include <sys/stat.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +78,17 @@ int cmd_template(int argc, char **argv) {
     char path[4096];
     if (model && cli_resolve_ref(model, NULL, path, sizeof path)) return 1;
     if (model) model = path;
-    gerbil_status st = gerbil_chat_template_load(model, tfile, &ct);
+    gerbil_status st = GERBIL_OK;
+    struct stat sb;
+    if (model && stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        /* a GGUF file: its tokenizer.chat_template, read as run and chat read it */
+        struct textgen tg = {.template_file = tfile};
+        if (textgen_load_text(&tg, model)) goto done;
+        gerbil_tokenizer_free(tg.tok);
+        ct = tg.tmpl;
+    } else {
+        st = gerbil_chat_template_load(model, tfile, &ct);
+    }
     if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
     if (!ct) {
         fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
