@@ -255,7 +255,11 @@ static int chat_main(int argc, char **argv, const unsigned char *attached) {
         free(msg);
         int32_t *ids = NULL;
         int n = 0;
-        if (!next || textgen_render(&tg, next, &ids, &n)) { free(next); continue; }
+        if (!next || textgen_render(&tg, next, &ids, &n)) {
+            fprintf(stderr, "(that message is not kept in the conversation)\n");
+            free(next);
+            continue;
+        }
         /* the conversation must leave room for an answer: the oldest turns go first */
         int reserve = tg.gen.max_tokens < n_ctx / 4 ? tg.gen.max_tokens : n_ctx / 4, dropped = 0, bad = 0;
         while (n > n_ctx - reserve && drop_oldest_turn(&next)) {
