@@ -142,6 +142,13 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
         if (by_type[t] && off < sizeof dtypes)
             off += (size_t)snprintf(dtypes + off, sizeof dtypes - off, "%s%s (%.1f%%)", off ? ", " : "",
                                     type_name((enum gb_type)t), 100.0 * by_type[t] / (double)n_elems);
+    /* the format as users name it: "MLX 4-bit, group 64", "GGUF Q4_K" (most weights), "BF16" */
+    int top = 0;
+    for (int t = 0; t < GB_TYPE_COUNT; t++)
+        if (by_type[t] > by_type[top]) top = t;
+    char format[64];
+    if (c->mlx.bits) snprintf(format, sizeof format, "MLX %d-bit, group %d", c->mlx.bits, c->mlx.group_size);
+    else snprintf(format, sizeof format, "%s%s", m->src.is_gguf ? "GGUF " : "", type_name((enum gb_type)top));
     int n_ctx = c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX;
     int n_dn, n_sc;
     const size_t state = recurrent_layers(c, &n_dn, &n_sc);
@@ -158,6 +165,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     snprintf(buf, cap,
              "architecture:   %s\n"
              "parameters:     %lld (%.2f M)\n"
+             "format:         %s\n"
              "dtypes:         %s\n"
              "layers:         %d%s\n"
              "hidden size:    %d\n"
@@ -171,7 +179,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
              "weights:        %.1f MiB (read in their stored format)\n"
              "kv cache:       %.1f MiB at %d tokens (f16), %.1f KiB/token\n"
              "memory needed:  %.1f MiB (weights + f16 kv cache at %d tokens)\n",
-             c->arch_name, (long long)m->n_params, m->n_params / 1e6, dtypes, c->n_layer, kinds, c->n_embd, c->n_ff,
+             c->arch_name, (long long)m->n_params, m->n_params / 1e6, format, dtypes, c->n_layer, kinds, c->n_embd, c->n_ff,
              c->n_head, c->n_head_kv, c->head_dim, c->n_vocab, c->n_ctx_train, rope_names[c->rope.type],
              c->rope.theta, c->rope.factor, c->rope.n_dims, local, c->sliding_window, c->tie_embeddings ? "yes" : "no",
              m->weight_bytes / 1048576.0, kv16 / 1048576.0, n_ctx, kv_bytes_per_token(c, 2) / 1024.0,
