@@ -7,14 +7,17 @@
 #include "cli.h"
 #include "base/timer.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void help(FILE *f) {
     fprintf(f, "usage: gerbil bench --model M [-p 512] [-n 128] [-r 3] [--batch B] [--json] [options]\n\n"
                "Measures prompt processing (P tokens in one batch) and generation (N tokens one at\n"
-               "a time) in tokens/s, averaged over R repetitions after one warm-up.\n\noptions:\n"
+               "a time) in tokens/s, averaged over R repetitions after one warm-up (of at most 512\n"
+               "prompt tokens). The table names the model as llama-bench does: architecture, size, format.\n\noptions:\n"
                "  -p, --n-prompt P     prompt tokens (default 512; 0 skips)\n"
                "  -n, --n-gen N        generated tokens (default 128; 0 skips)\n"
                "  -r, --repetitions R  repetitions (default 3)\n"
@@ -23,6 +26,37 @@ static void help(FILE *f) {
                "      --json           one JSON object with prompt_tokens_per_s and gen_tokens_per_s\n"
                "                       (and \"batch\": B with --batch)\n");
     cli_print_model_opts_help(f);
+}
+
+/* The value of "name:   value" in the model's description, or "". */
+static void describe_field(const char *desc, const char *name, char *out, size_t cap) {
+    const char *p = strstr(desc, name);
+    out[0] = 0;
+    if (!p) return;
+    p += strlen(name);
+    while (*p == ' ') p++;
+    snprintf(out, cap, "%.*s", (int)strcspn(p, "\n"), p);
+}
+
+/* llama-bench's model column: "qwen3 0.6B Q4_K", "llama 0.26M F32"; size (MiB) and parameters. */
+static void model_label(gerbil_model_t m, char *label, size_t cap, double *size_mib, double *n_params) {
+    char desc[4096], arch[64], params[64], format[64], weights[64];
+    gerbil_model_describe(m, desc, sizeof desc);
+    describe_field(desc, "architecture:", arch, sizeof arch);
+    describe_field(desc, "parameters:", params, sizeof params);
+    describe_field(desc, "format:", format, sizeof format);
+    describe_field(desc, "weights:", weights, sizeof weights);
+    char *cut = strstr(arch, "For");
+    if (cut) *cut = 0;
+    for (char *c = arch; *c; c++) *c = (char)tolower((unsigned char)*c);
+    *n_params = atof(params);
+    *size_mib = atof(weights);
+    char sz[32];
+    double n = *n_params;
+    if (n >= 1e8) snprintf(sz, sizeof sz, "%.1fB", n / 1e9);
+    else if (n >= 1e6) snprintf(sz, sizeof sz, "%.0fM", n / 1e6);
+    else snprintf(sz, sizeof sz, "%.2fM", n / 1e6);
+    snprintf(label, cap, "%s %s %s", arch, sz, !strncmp(format, "GGUF ", 5) ? format + 5 : format);
 }
 
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
@@ -125,7 +159,8 @@ int cmd_bench(int argc, char **argv) {
         if (n_prompt > 0) {
             gerbil_session_reset(s);
             double t0 = time_now_s();
-            st = gerbil_session_eval(s, ids, n_prompt, logits, 0);
+            /* the warm-up touches every weight with one chunk; a full pass of a huge -p is not needed */
+            st = gerbil_session_eval(s, ids, r < 0 && n_prompt > 512 ? 512 : n_prompt, logits, 0);
             if (r >= 0) pp[r] = n_prompt / (time_now_s() - t0);
         }
         if (n_gen > 0 && st == GERBIL_OK) {
@@ -142,23 +177,35 @@ int cmd_bench(int argc, char **argv) {
         double ppm = 0, pps = 0, tgm = 0, tgs = 0;
         if (n_prompt > 0) mean_sd(pp, reps, &ppm, &pps);
         if (n_gen > 0) mean_sd(tg, reps, &tgm, &tgs);
-        int threads = o.n_threads;
+        long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = o.n_threads > 0 ? o.n_threads : n_cpu > 0 ? (int)n_cpu : 1; /* as the thread pool counts */
+        char label[160];
+        double size_mib, n_params;
+        model_label(m, label, sizeof label, &size_mib, &n_params);
         char bfield[32] = "", btest[16] = "";
         if (batch) {
             snprintf(bfield, sizeof bfield, ", \"batch\": %d", batch);
             snprintf(btest, sizeof btest, " x%d", batch);
         }
         if (json) {
-            printf("{\"model\": \"%s\", \"n_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
+            printf("{\"model\": \"%s\", \"model_type\": \"%s\", \"model_size_mib\": %.2f, \"model_n_params\": %.0f, "
+                   "\"n_threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"repetitions\": %d, "
                    "\"kv_type\": \"%s\", \"prompt_tokens_per_s\": %.3f, \"prompt_tokens_per_s_sd\": %.3f, "
                    "\"gen_tokens_per_s\": %.3f, \"gen_tokens_per_s_sd\": %.3f%s}\n",
-                   o.ref, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
+                   o.ref, label, size_mib, n_params, threads, n_prompt, n_gen, reps, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16",
                    ppm, pps, tgm, tgs, bfield);
         } else {
-            printf("| %-40s | %7s | %12s | %16s |\n", "model", "threads", "test", "t/s");
-            printf("| %-40s | %7s | %12s | %16s |\n", "----", "----", "----", "----");
-            if (n_prompt > 0) printf("| %-40.40s | %7d | %5s%-3d%-4s | %8.2f ± %5.2f |\n", o.ref, threads, "pp", n_prompt, btest, ppm, pps);
-            if (n_gen > 0) printf("| %-40.40s | %7d | %5s%-3d%-4s | %8.2f ± %5.2f |\n", o.ref, threads, "tg", n_gen, btest, tgm, tgs);
+            printf("| %-30s | %10s | %10s | %7s | %12s | %16s |\n", "model", "size", "params", "threads", "test", "t/s");
+            printf("| %-30s | %10s | %10s | %7s | %12s | %16s |\n", "----", "----", "----", "----", "----", "----");
+            for (int k = 0; k < 2; k++) {
+                if (!(k ? n_gen : n_prompt)) continue;
+                char sz[32], np[32];
+                snprintf(sz, sizeof sz, "%.2f MiB", size_mib);
+                snprintf(np, sizeof np, n_params >= 1e9 ? "%.2f B" : "%.2f M", n_params >= 1e9 ? n_params / 1e9 : n_params / 1e6);
+                printf("| %-30.30s | %10s | %10s | %7d | %5s%-3d%-4s | %8.2f ± %5.2f |\n", label, sz, np, threads,
+                       k ? "tg" : "pp", k ? n_gen : n_prompt, btest, k ? tgm : ppm, k ? tgs : pps);
+            }
+            printf("model: %s\n", o.ref);
         }
     }
     free(ids); free(logits); free(pp); free(tg);
