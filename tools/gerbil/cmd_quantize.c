@@ -1068,6 +1068,26 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "gerbil quantize: %s is not a folder (IN must be a Hugging Face model folder)\n", q.in);
         return 1;
     }
+    /* OUT checked before any work: an output that cannot be written costs no conversion */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", q.out);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else slash[slash == parent] = 0; /* "/x" -> "/" */
+    if (stat(q.out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "gerbil quantize: %s is a folder that exists; %s\n", q.out,
+                q.qt->kind == OUT_GGUF ? "a GGUF output is a file path, e.g. OUT/model.gguf"
+                                       : "remove it first (MLX output is a new folder)");
+        return 2;
+    }
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "gerbil quantize: cannot write %s: the folder %s does not exist\n", q.out, parent);
+        return 2;
+    }
+    if (access(parent, W_OK) != 0) {
+        fprintf(stderr, "gerbil quantize: cannot write %s: %s: %s\n", q.out, parent, strerror(errno));
+        return 2;
+    }
     gerbil_status st = model_config_load(q.in, &q.cfg);
     if (st) return cli_fail("quantize", st);
     if ((st = st_checkpoint_open(q.in, &q.ck))) {
