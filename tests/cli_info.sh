@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gerbil info` reads metadata only: on a 1.5 GB model (a sparse file: the header of a real
 # Llama layout, the data never written) its memory stays far below the weights'; formats
-# are named as users know them; --json; --ctx-size/--kv-type refused (info does not use them).
+# are named as users know them; --json; --ctx-size/--kv-type refused (info does not use them);
+# a load that runs out of memory says how much the weights need.
 set -u
 G=${GERBIL:?set GERBIL to the gerbil binary}
 FX=tests/fixtures
@@ -72,6 +73,16 @@ for f in "--ctx-size 8192" "--kv-type f32"; do
     "$G" info $FX/qwen3-bf16 $f >/dev/null 2>"$T/err"; rc=$?
     [ $rc = 2 ] && grep -q -- "${f%% *} is not used" "$T/err"; ok $? "info $f refused ($rc)"
 done
+
+# 4. a load out of memory says how much the weights need (an address-space limit below them;
+# not under AddressSanitizer, which cannot start under such a limit)
+if (ulimit -v 800000; "$G" --version) >/dev/null 2>&1; then
+    (ulimit -v 800000; "$G" run --model "$T/big" --ids 1,2 -n 1) >/dev/null 2>"$T/err"; rc=$?
+    want=$(python3 -c "import os; print('%.1f' % (os.path.getsize('$T/big/model.safetensors') / 1048576))")
+    [ $rc = 1 ] && grep -q "the weights need $want MiB" "$T/err"; ok $? "out of memory: how much is needed ($rc: $(cat "$T/err"))"
+else
+    echo "  (the out-of-memory case skipped: ulimit -v cannot be used here)"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 int cli_fail(const char *what, gerbil_status st) {
@@ -241,6 +242,36 @@ int cli_looks_like_model(const char *ref) {
     return 1;
 }
 
+/* After a load ran out of memory: how much the weights take (their files' size) and
+ * how much the machine has available. */
+static void explain_oom(const char *path) {
+    struct stat st;
+    double bytes = 0;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        bytes = (double)st.st_size;
+    } else {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        char f[4096];
+        while (d && (e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            if (stat(f, &st) == 0) bytes += (double)st.st_size;
+        }
+        if (d) closedir(d);
+    }
+    long avail_kb = -1;
+    FILE *mi = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (mi && fgets(line, sizeof line, mi))
+        if (sscanf(line, "MemAvailable: %ld kB", &avail_kb) == 1) break;
+    if (mi) fclose(mi);
+    fprintf(stderr, "gerbil: the weights need %.1f MiB (the size of their files)", bytes / 1048576.0);
+    if (avail_kb >= 0) fprintf(stderr, "; %.1f MiB of memory is available", avail_kb / 1024.0);
+    fprintf(stderr, " (a process limit such as ulimit -v may be lower)\n");
+}
+
 int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     if (o->model != o->path && cli_resolve_model(o)) return 1;
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -255,6 +286,7 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     gerbil_status st = gerbil_model_load(o->model, &mp, m);
     if (st != GERBIL_OK) {
         cli_fail("cannot load model", st);
+        if (st == GERBIL_ERR_NOMEM || strstr(gerbil_last_error(), "Cannot allocate memory")) explain_oom(o->model);
         if (o->from_env) fprintf(stderr, "gerbil: (the model \"%s\" came from $GERBIL_MODEL)\n", o->ref);
         return 1;
     }
