@@ -1075,7 +1075,7 @@ int cmd_quantize(int argc, char **argv) {
     if (!slash) snprintf(parent, sizeof parent, ".");
     else slash[slash == parent] = 0; /* "/x" -> "/" */
     if (stat(q.out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "gerbil quantize: %s is a folder that exists; %s\n", q.out,
+        fprintf(stderr, "gerbil quantize: %s already exists as a folder; %s\n", q.out,
                 q.qt->kind == OUT_GGUF ? "a GGUF output is a file path, e.g. OUT/model.gguf"
                                        : "remove it first (MLX output is a new folder)");
         return 2;

@@ -45,7 +45,15 @@ int main(int argc, char **argv) {
     }
     const char *names[sizeof commands / sizeof commands[0]];
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(cmd, commands[i].name)) {
+            if (commands[i].fn == cmd_run || commands[i].fn == cmd_chat) return commands[i].fn(argc - 1, argv + 1);
+            /* the others get --flag=value and -n5 split too (run and chat split them themselves) */
+            struct cli_args a;
+            if (cli_args_expand(argc - 1, argv + 1, &a)) return 1;
+            int rc = commands[i].fn(a.argc, a.argv);
+            cli_args_free(&a);
+            return rc;
+        }
         names[i] = commands[i].name;
     }
     const char *near = cli_nearest(cmd, names, (int)(sizeof names / sizeof names[0]));
