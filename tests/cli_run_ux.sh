@@ -135,8 +135,11 @@ done
 ok $? "the text ends with a newline, the stats line on stderr"
 "$G" run --model $M "$P" -n 5 --temperature 0 -q > "$T/out" 2>"$T/err"
 [ ! -s "$T/err" ] && [ -s "$T/out" ]; ok $? "-q: nothing on stderr ($(cat "$T/err"))"
-"$G" run --model $M "$P" -n 1 --raw --threads 1000 >/dev/null 2>"$T/err"
-grep -q "warning: --threads 1000 exceeds the [0-9]* CPUs" "$T/err"; ok $? "--threads over the CPUs: warned"
+n_cpu=$(getconf _NPROCESSORS_ONLN)
+"$G" run --model $M "$P" -n 1 --raw --threads $((n_cpu + 1)) >/dev/null 2>"$T/err"
+grep -q "warning: --threads $((n_cpu + 1)) exceeds the $n_cpu CPUs" "$T/err"; ok $? "--threads over the CPUs: warned"
+"$G" run --model $M "$P" -n 1 --raw --threads $n_cpu >/dev/null 2>"$T/err"
+! grep -q "warning: --threads" "$T/err"; ok $? "--threads = the CPUs: no warning"
 "$G" run --model $M "$P" -n 1 --raw --ctx-size 1024 >/dev/null 2>"$T/err"
 grep -q "warning: --ctx-size 1024 exceeds the 512 tokens the model was trained on" "$T/err"; ok $? "--ctx-size over training: warned"
 
