@@ -140,6 +140,8 @@ n_cpu=$(getconf _NPROCESSORS_ONLN)
 grep -q "warning: --threads $((n_cpu + 1)) exceeds the $n_cpu CPUs" "$T/err"; ok $? "--threads over the CPUs: warned"
 "$G" run --model $M "$P" -n 1 --raw --threads $n_cpu >/dev/null 2>"$T/err"
 ! grep -q "warning: --threads" "$T/err"; ok $? "--threads = the CPUs: no warning"
+"$G" run --model $M "$P" -n 1 --raw --threads $((n_cpu + 1)) -q >/dev/null 2>"$T/err"
+[ ! -s "$T/err" ]; ok $? "-q: no warning either ($(cat "$T/err"))"
 "$G" run --model $M "$P" -n 1 --raw --ctx-size 1024 >/dev/null 2>"$T/err"
 grep -q "warning: --ctx-size 1024 exceeds the 512 tokens the model was trained on" "$T/err"; ok $? "--ctx-size over training: warned"
 

@@ -19,6 +19,7 @@ struct cli_model_opts {
     const char *backend;        /* --backend: cpu, ref (NULL: the default) */
     char path[4096];            /* the resolved local path */
     int from_env;               /* the model came from $GERBIL_MODEL (named in errors) */
+    int quiet;                  /* -q: no warnings from cli_open */
 };
 
 /* The model `gerbil run` and `gerbil chat` use when none is given. */

@@ -275,7 +275,7 @@ static void explain_oom(const char *path) {
 int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     if (o->model != o->path && cli_resolve_model(o)) return 1;
     long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n_cpu > 0 && o->n_threads > n_cpu)
+    if (n_cpu > 0 && o->n_threads > n_cpu && !o->quiet)
         fprintf(stderr, "gerbil: warning: --threads %d exceeds the %ld CPUs; more threads than CPUs is slower\n",
                 o->n_threads, n_cpu);
     gerbil_model_params mp = gerbil_model_default_params();
@@ -291,7 +291,7 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
         return 1;
     }
     if (!s) return 0;
-    if (o->n_ctx > gerbil_model_n_ctx_train(*m) && gerbil_model_n_ctx_train(*m) > 0)
+    if (o->n_ctx > gerbil_model_n_ctx_train(*m) && gerbil_model_n_ctx_train(*m) > 0 && !o->quiet)
         fprintf(stderr, "gerbil: warning: --ctx-size %d exceeds the %d tokens the model was trained on; "
                         "beyond them its output degrades\n", o->n_ctx, gerbil_model_n_ctx_train(*m));
     gerbil_session_params sp = gerbil_session_default_params();

@@ -193,6 +193,7 @@ static int chat_main(int argc, char **argv, const unsigned char *attached) {
                             "or send raw text with gerbil run --raw\n", o.ref);
         goto done;
     }
+    o.quiet = tg.quiet;
     if (cli_open(&o, &tg.model, &tg.session)) goto done;
     const int n_ctx = gerbil_session_n_ctx(tg.session);
     struct sigaction sa = {0};

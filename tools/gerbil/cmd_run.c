@@ -169,6 +169,7 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
         }
         if (n_prompt == 0) { fprintf(stderr, "gerbil run: the prompt encodes to no tokens\n"); goto done; }
     }
+    o.quiet = tg.quiet;
     if (cli_open(&o, &tg.model, &tg.session)) goto done;
     if (tg.verbose)
         fprintf(stderr, "gerbil run: model %s; prompt %d tokens; temperature %g, top-k %d, top-p %g, min-p %g, "
