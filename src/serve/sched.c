@@ -181,7 +181,9 @@ int sched_submit(struct sched *s, struct srv_req *r) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->stop) rc = -2;
-    else if (s->n_queued >= s->p.n_queue) rc = -1;
+    else if (s->n_queued - (s->p.n_parallel - s->n_running_seqs > 0 ? s->p.n_parallel - s->n_running_seqs : 0) >=
+             s->p.n_queue)
+        rc = -1; /* more waiting than free sequences + the queue's length */
     else {
         r->id = ++s->next_id;
         r->t_submit = now_s();
@@ -689,6 +691,7 @@ static void *sched_main(void *arg) {
             req_done(s, r, SRV_FIN_ERROR);
             continue;
         }
+        if (n > s->m.max_step_rows) s->m.max_step_rows = n;
         const gerbil_batch b = {.n_rows = n, .tokens = s->b_tok, .seq = s->b_seq, .logits = s->b_logits};
         pthread_mutex_unlock(&s->mu);
         gerbil_status st = gerbil_context_eval(s->ctx, &b);

@@ -122,6 +122,7 @@ struct srv_metrics {
     uint64_t prompt_tokens, gen_tokens, cached_tokens, prefill_tokens;
     uint64_t prefix_queries, prefix_hits; /* blocks looked up, found */
     uint64_t preemptions, steps, finished;
+    int max_step_rows;     /* the most rows one step had */
     struct srv_hist ttft, itl;
 };
 
