@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
     struct timespec t;
@@ -109,6 +110,8 @@ gerbil_status sched_new(gerbil_model_t model, gerbil_tokenizer_t tok, const stru
     if (!s->n_eos && tok && gerbil_tokenizer_eos(tok) >= 0) s->eos[s->n_eos++] = gerbil_tokenizer_eos(tok);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
+    const char *delay = getenv("GERBIL_SERVE_STEP_DELAY_US");
+    if (delay) s->step_delay_us = atoi(delay);
     gerbil_context_params cp = gerbil_context_default_params();
     cp.n_ctx = p->n_kv;
     cp.n_seq_max = p->n_parallel;
@@ -708,6 +711,11 @@ static void *sched_main(void *arg) {
             continue;
         }
         deliver(s, n);
+        if (s->step_delay_us) {
+            pthread_mutex_unlock(&s->mu);
+            usleep((useconds_t)s->step_delay_us);
+            pthread_mutex_lock(&s->mu);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

@@ -155,6 +155,8 @@ struct sched {
     float *lsm;                /* [n_vocab] log-softmax scratch */
     int32_t *counts;           /* [n_vocab] penalties' counts */
     int32_t *blk;              /* [n_ctx_seq / 16 + 1] block ids */
+    int step_delay_us;         /* $GERBIL_SERVE_STEP_DELAY_US: a pause after each step, for tests that
+                                  act mid-stream on a model too fast to catch (never set in use) */
 };
 
 /* Make the context (n_parallel sequences over n_kv positions) and the scheduler; the

@@ -148,6 +148,7 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     srv.cfg.n_ctx_seq = n_ctx;
+    if (srv.cfg.max_n > parallel) srv.cfg.max_n = parallel; /* n choices run at once */
     server_ready(&srv, s, m, tg.tok, tg.tmpl);
     char desc[2048] = "";
     gerbil_model_describe(m, desc, sizeof desc);
