@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # gerbil serve against real clients (tests/node): the openai npm SDK (serve.test.mjs) and a
-# headless Chromium on the chat page (page.test.mjs). Needs node and `npm ci` in tests/node
 # (.ci/run does both); skipped (77) without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +8,3 @@ cd "$(dirname "$0")/.."
 command -v node >/dev/null || { echo "SKIPPED: node is not installed"; exit 77; }
 [ -d tests/node/node_modules/openai ] || { echo "SKIPPED: run 'npm ci --prefix tests/node' first"; exit 77; }
 GERBIL="$GERBIL" node tests/node/serve.test.mjs
-if [ -f tests/node/page.test.mjs ]; then GERBIL="$GERBIL" node tests/node/page.test.mjs; fi
