@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gerbil serve against real clients (tests/node): the openai npm SDK (serve.test.mjs) and a
-# (.ci/run does both); skipped (77) without them.
+# gerbil serve against a real client: the openai npm SDK (tests/node/serve.test.mjs). Needs
+# node and `npm ci --prefix tests/node` (.ci/run does both); skipped (77) without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${GERBIL:?GERBIL must name the gerbil binary}"
