@@ -180,11 +180,17 @@ int gerbil_seq_blocks(gerbil_context_t ctx, int32_t seq, int32_t *out, int cap);
 void gerbil_kv_block_retain(gerbil_context_t ctx, int32_t b);
 void gerbil_kv_block_release(gerbil_context_t ctx, int32_t b);
 int gerbil_kv_block_refs(gerbil_context_t ctx, int32_t b);
-/* An empty sequence of a context without recurrent layers takes full blocks[0..n) (shared,
- * each referenced once more) as its first n * GERBIL_KV_BLOCK positions, as if it had evaluated
- * the tokens they hold. GERBIL_ERR_INVALID_ARG for a non-empty sequence, a recurrent model, a
- * bad or free block, or more positions than a sequence may hold. */
-gerbil_status gerbil_seq_attach(gerbil_context_t ctx, int32_t seq, const int32_t *blocks, int n);
+/* An empty sequence takes full blocks[0..n) (shared, each referenced once more) as its first
+ * n * GERBIL_KV_BLOCK positions, as if it had evaluated the tokens they hold. A model with
+ * recurrent layers also needs state: the recurrent state after those positions, as
+ * gerbil_seq_state_save wrote it (it becomes the sequence's state and its checkpoint); NULL
+ * otherwise. GERBIL_ERR_INVALID_ARG for a non-empty sequence, a missing state, a bad or free
+ * block, or more positions than a sequence may hold. */
+gerbil_status gerbil_seq_attach(gerbil_context_t ctx, int32_t seq, const int32_t *blocks, int n, const void *state);
+/* Bytes of one sequence's recurrent state (0: the model has no recurrent layers), and a copy
+ * of seq's current state into dst (that many bytes). */
+size_t gerbil_context_state_bytes(gerbil_context_t ctx);
+gerbil_status gerbil_seq_state_save(gerbil_context_t ctx, int32_t seq, void *dst);
 
 gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
                                  gerbil_session_t *out);

@@ -12,6 +12,8 @@
  *  - prefix cache: a second request sharing whole chunks attaches them (cached tokens
  *    counted), returns what a cold run returns, and LRU eviction makes room when blocks
  *    run short; hashes chain (same block tokens after a different prefix differ);
+ *  - a second chat turn (prompt = the first's + more) reuses the first's whole chunks and
+ *    answers as a cold run: for the hybrid through the state snapshot at the boundary;
  *  - n > 1 choices share the prompt (one prefill) and choice i equals a single-choice
  *    request with seed + i; stop strings end a choice with finish stop. */
 #include "gerbil.h"
@@ -275,6 +277,41 @@ static void prefix_cache(void) {
     sched_free(s);
 }
 
+/* A second chat turn: its prompt is the first turn's prompt + more. It attaches the first
+ * turn's whole chunks (for a hybrid: with the state snapshot taken at the last of them) and
+ * answers exactly as a cold run. */
+static void second_turn(const char *what) {
+    struct sched_params sp = base_params();
+    struct sched *s;
+    CHECK(sched_new(model, tok, &sp, &s) == GERBIL_OK);
+    CHECK(sched_start(s) == GERBIL_OK);
+    int32_t t1[60], t2[90];
+    random_prompt(t1, 60, 3);
+    memcpy(t2, t1, sizeof t1);
+    random_prompt(t2 + 60, 30, 3);
+    struct srv_params p = greedy(16);
+    p.ignore_eos = 1;
+    struct srv_req *a = srv_req_new(t1, 60, &p);
+    CHECK(sched_submit(s, a) == 0);
+    wait_done(s, a);
+    struct srv_req *b = srv_req_new(t2, 90, &p);
+    CHECK(sched_submit(s, b) == 0);
+    wait_done(s, b);
+    CHECKF(b->n_cached == 48, "%s: the second turn took %d cached tokens, want 48", what, b->n_cached);
+    struct sched_params cold = sp;
+    cold.prefix_cache = 0;
+    int n;
+    int32_t *ref = solo(&cold, t2, 90, &p, 0, &n);
+    CHECKF(n == b->ch[0].n_gen && !memcmp(ref, b->ch[0].gen, sizeof *ref * (size_t)n),
+           "%s: the cached second turn differs from a cold run", what);
+    free(ref);
+    printf("%s: second turn reused %d of %d prompt tokens (%llu state snapshots)\n", what, b->n_cached, 90,
+           (unsigned long long)s->m.snapshots);
+    sched_release(s, a);
+    sched_release(s, b);
+    sched_free(s);
+}
+
 static void choices_and_stops(void) {
     struct sched_params sp = base_params();
     int32_t prompt[24];
@@ -385,12 +422,13 @@ int main(void) {
     cancellation();
     queue_limits();
     prefix_cache();
+    second_turn("stories260K");
     choices_and_stops();
     gerbil_tokenizer_free(tok);
     tok = NULL;
     gerbil_model_free(model);
 
-    /* the hybrid: recurrent state per sequence (no prefix cache) */
+    /* the hybrid: recurrent state per sequence, snapshots for the prefix cache */
     const char *mk = getenv("GERBIL_MAKE_MODEL");
     if (!mk) {
         fprintf(stderr, "GERBIL_MAKE_MODEL not set: the hybrid part is skipped\n");
@@ -406,6 +444,7 @@ int main(void) {
     invariance("tiny-hybrid", &sp, 24);
     sp.n_kv = 256;
     invariance("tiny-hybrid, 256-position pool", &sp, 24);
+    second_turn("tiny-hybrid");
     gerbil_model_free(model);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);

@@ -394,11 +394,19 @@ int gerbil_kv_block_refs(gerbil_context_t cx, int32_t b) {
     return b >= 0 && b < cx->blocks.n_blocks ? cx->blocks.ref[b] : 0;
 }
 
-gerbil_status gerbil_seq_attach(gerbil_context_t cx, int32_t id, const int32_t *blocks, int n) {
+size_t gerbil_context_state_bytes(gerbil_context_t cx) { return cx->rstate ? cx->slot_floats * sizeof(float) : 0; }
+
+gerbil_status gerbil_seq_state_save(gerbil_context_t cx, int32_t id, void *dst) {
+    if (!seq_at(cx, id)) return err_set(GERBIL_ERR_INVALID_ARG, "no sequence %d", (int)id);
+    if (cx->rstate) cx->be->ops->download(cx->be, dst, slot_state(cx, id), cx->slot_floats * sizeof(float));
+    return GERBIL_OK;
+}
+
+gerbil_status gerbil_seq_attach(gerbil_context_t cx, int32_t id, const int32_t *blocks, int n, const void *state) {
     struct ctx_seq *s = seq_at(cx, id);
     if (!s) return err_set(GERBIL_ERR_INVALID_ARG, "no sequence %d to attach blocks to", (int)id);
     if (s->len) return err_set(GERBIL_ERR_INVALID_ARG, "sequence %d is not empty (%d positions)", (int)id, s->len);
-    if (cx->rstate)
+    if (cx->rstate && !state)
         return err_set(GERBIL_ERR_INVALID_ARG, "the model has recurrent layers: KV blocks alone do not hold its state");
     if (n < 0 || n > s->kv.cap)
         return err_set(GERBIL_ERR_INVALID_ARG, "%d blocks exceed a sequence's %d", n, s->kv.cap);
@@ -408,6 +416,12 @@ gerbil_status gerbil_seq_attach(gerbil_context_t cx, int32_t id, const int32_t *
     if (!cx->kv_mem) return err_set(GERBIL_ERR_INVALID_ARG, "the model has no KV cache");
     kvb_attach(&cx->blocks, &s->kv, blocks, n);
     s->len = n * KV_BLOCK;
+    if (cx->rstate) {
+        const size_t bytes = cx->slot_floats * sizeof(float);
+        cx->be->ops->upload(cx->be, slot_state(cx, id), state, bytes);
+        cx->be->ops->upload(cx->be, slot_ckpt(cx, id), state, bytes);
+        s->ckpt_pos = s->len;
+    }
     return GERBIL_OK;
 }
 

@@ -132,10 +132,14 @@ gerbil_status sched_new(gerbil_model_t model, gerbil_tokenizer_t tok, const stru
     s->lsm = malloc(V * sizeof *s->lsm);
     s->counts = calloc(V, sizeof *s->counts);
     s->blk = malloc(((size_t)p->n_kv / GERBIL_KV_BLOCK + 2) * sizeof *s->blk);
-    if (p->prefix_cache && !gerbil_context_has_recurrent(s->ctx))
-        s->pc = prefix_new(gerbil_context_n_blocks(s->ctx));
+    if (p->prefix_cache) s->pc = prefix_new(gerbil_context_n_blocks(s->ctx));
+    s->state_bytes = gerbil_context_state_bytes(s->ctx);
+    if (p->prefix_cache && s->state_bytes) {
+        s->n_snaps = 2 * p->n_parallel < 8 ? 8 : 2 * p->n_parallel;
+        s->snaps = calloc((size_t)s->n_snaps, sizeof *s->snaps);
+    }
     if (!s->b_tok || !s->b_seq || !s->b_logits || !s->b_ch || !s->lbuf || !s->lsm || !s->counts || !s->blk ||
-        (p->prefix_cache && !gerbil_context_has_recurrent(s->ctx) && !s->pc)) {
+        (p->prefix_cache && !s->pc) || (s->n_snaps && !s->snaps)) {
         sched_free(s);
         return err_set(GERBIL_ERR_NOMEM, "out of memory");
     }
@@ -166,6 +170,8 @@ void sched_free(struct sched *s) {
         pthread_join(s->thread, NULL);
     }
     prefix_free(s->pc, s->ctx);
+    for (int i = 0; i < s->n_snaps; i++) free(s->snaps[i].state);
+    free(s->snaps);
     gerbil_context_free(s->ctx);
     free(s->b_tok);
     free(s->b_seq);
@@ -314,6 +320,32 @@ static void choice_flush(struct srv_choice *c) {
 
 /* ---- the prefix cache ---- */
 
+/* The snapshot of the state after the prefix with chain hash key (pos positions), or NULL. */
+static struct srv_snap *snap_find(struct sched *s, uint64_t key, int pos) {
+    for (int i = 0; i < s->n_snaps; i++)
+        if (s->snaps[i].state && s->snaps[i].key == key && s->snaps[i].pos == pos) {
+            s->snaps[i].tick = ++s->snap_tick;
+            return &s->snaps[i];
+        }
+    return NULL;
+}
+
+/* Keep choice c's state after its registered prefix (the least recently used slot goes). */
+static void snap_take(struct sched *s, struct srv_choice *c) {
+    if (!s->n_snaps || snap_find(s, c->chain, c->n_chain)) return;
+    struct srv_snap *v = &s->snaps[0];
+    for (int i = 0; i < s->n_snaps; i++) {
+        if (!s->snaps[i].state) { v = &s->snaps[i]; break; }
+        if (s->snaps[i].tick < v->tick) v = &s->snaps[i];
+    }
+    if (!v->state && !(v->state = malloc(s->state_bytes))) return;
+    if (gerbil_seq_state_save(s->ctx, c->seq, v->state) != GERBIL_OK) return;
+    v->key = c->chain;
+    v->pos = c->n_chain;
+    v->tick = ++s->snap_tick;
+    s->m.snapshots++;
+}
+
 /* Attach the cached blocks of r's prompt to choice c's empty sequence: whole chunks only,
  * never the last prompt token unless generated tokens follow (their replay gives the
  * logits). */
@@ -323,17 +355,26 @@ static void prefix_attach(struct sched *s, struct srv_req *r, struct srv_choice 
     const int limit = (c->n_gen > 0 ? r->n_prompt : r->n_prompt - 1) / C * C;
     int n = 0, n_ok = 0;
     uint64_t h = 0, h_ok = 0;
+    const void *state = NULL;
     for (; (n + 1) * B <= limit; n++) {
         uint64_t key;
         int32_t b = prefix_lookup(s->pc, h, r->prompt + (size_t)n * B, &key);
         if (b < 0) break;
         s->blk[n] = b;
         h = key;
-        if (((n + 1) * B) % C == 0) { n_ok = n + 1; h_ok = h; }
+        if (((n + 1) * B) % C) continue;
+        if (s->state_bytes) { /* a recurrent model resumes only where its state was kept */
+            struct srv_snap *sn = snap_find(s, h, (n + 1) * B);
+            if (!sn) continue;
+            state = sn->state;
+        }
+        n_ok = n + 1;
+        h_ok = h;
     }
     s->m.prefix_queries += (uint64_t)(limit / B);
     if (!n_ok) return;
-    if (gerbil_seq_attach(s->ctx, c->seq, s->blk, n_ok) != GERBIL_OK) return;
+    if (s->state_bytes) state = snap_find(s, h_ok, n_ok * B)->state;
+    if (gerbil_seq_attach(s->ctx, c->seq, s->blk, n_ok, state) != GERBIL_OK) return;
     s->m.prefix_hits += (uint64_t)n_ok;
     c->n_eval = n_ok * B;
     c->chain = h_ok;
@@ -354,6 +395,9 @@ static void prefix_register(struct sched *s, struct srv_req *r, struct srv_choic
         c->chain = key;
     }
     c->n_chain = end;
+    /* hybrids: the state at the prompt's last whole-chunk boundary, where a longer prompt
+     * with the same start (the next chat turn) picks up */
+    if (s->state_bytes && end == r->n_prompt / C * C) snap_take(s, c);
 }
 
 /* ---- admission, preemption ---- */
@@ -790,6 +834,8 @@ void sched_metrics_text(struct sched *s, char **b, size_t *l, size_t *c) {
     GAUGE("preemptions_total", "Requests preempted (KV cache full) and recomputed later.", "counter",
           m->preemptions);
     GAUGE("steps_total", "Batched forwards.", "counter", m->steps);
+    GAUGE("state_snapshots_total", "Recurrent-state snapshots taken for the prefix cache (hybrid models).",
+          "counter", m->snapshots);
 #undef GAUGE
     append(b, l, c, "# HELP gerbil_prefix_cache_hit_rate Prompt blocks found / looked up.\n"
                     "# TYPE gerbil_prefix_cache_hit_rate gauge\ngerbil_prefix_cache_hit_rate %.6f\n",

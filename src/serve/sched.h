@@ -17,8 +17,11 @@
  *
  * Prefix cache: blocks of full prompt chunks (computed as C-row chunks from position 0)
  * are kept under chained hashes of their tokens; a later request whose prompt starts with
- * the same chunks attaches those blocks instead of computing them (models without
- * recurrent layers). Unreferenced cached blocks are evicted LRU when blocks run short. */
+ * the same chunks attaches those blocks instead of computing them. Models with recurrent
+ * layers also need the state at the attach point: the scheduler snapshots it at the last
+ * whole-chunk boundary of every prompt (where a later, longer prompt with the same start —
+ * the next turn of a chat — picks up), and attaches only where a snapshot exists.
+ * Unreferenced cached blocks are evicted LRU when blocks run short; snapshots are LRU too. */
 #ifndef GB_SERVE_SCHED_H
 #define GB_SERVE_SCHED_H
 
@@ -121,12 +124,20 @@ struct srv_hist {
 struct srv_metrics {
     uint64_t prompt_tokens, gen_tokens, cached_tokens, prefill_tokens;
     uint64_t prefix_queries, prefix_hits; /* blocks looked up, found */
-    uint64_t preemptions, steps, finished;
+    uint64_t preemptions, steps, finished, snapshots;
     int max_step_rows;     /* the most rows one step had */
     struct srv_hist ttft, itl;
 };
 
 struct prefix_cache;
+
+/* A recurrent-state snapshot (hybrid models): the state after the prompt prefix whose chain
+ * hash is key (pos positions). */
+struct srv_snap {
+    uint64_t key, tick;
+    int pos;
+    void *state;           /* NULL: empty slot */
+};
 
 struct sched {
     gerbil_model_t model;
@@ -146,6 +157,10 @@ struct sched {
     int n_running_seqs;
     uint64_t next_id, next_order;
     struct prefix_cache *pc;
+    struct srv_snap *snaps;    /* [n_snaps] when the model has recurrent layers */
+    int n_snaps;
+    size_t state_bytes;
+    uint64_t snap_tick;
     struct srv_metrics m;
     /* step buffers */
     int32_t *b_tok, *b_seq;

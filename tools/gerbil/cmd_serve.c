@@ -159,7 +159,7 @@ int cmd_serve(int argc, char **argv) {
             "gerbil serve: KV cache %lld positions (%.1f MiB, %s), %d sequences of up to %d positions, prefill "
             "chunk %d, %d rows per step, prefix cache %s, queue %d%s\n",
             n_kv, (double)n_kv * (double)bpt / 1048576.0, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16", parallel, n_ctx,
-            chunk, s->p.n_batch, s->pc ? "on" : (prefix ? "off (recurrent layers)" : "off"), queue,
+            chunk, s->p.n_batch, s->pc ? (s->n_snaps ? "on (with recurrent-state snapshots)" : "on") : "off", queue,
             cfg.api_key ? ", API key required" : "");
     const int v6 = strchr(cfg.host, ':') != NULL;
     printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv.port);
