@@ -493,8 +493,8 @@ static const char *finish_name(enum srv_finish f) {
 /* Split a chat choice's text into reasoning (inside <think>...</think>) and content.
  * final: no more text comes. Outputs byte ranges; the *_safe ends exclude text that may
  * still turn out to be part of a tag. */
-static void think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0,
-                        size_t *c1) {
+void srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0,
+                     size_t *c1) {
     static const char open[] = "<think>", close[] = "</think>";
     size_t off = 0;
     *r0 = *r1 = *c0 = *c1 = 0;
@@ -513,6 +513,7 @@ static void think_split(const char *t, size_t n, int think, int final, size_t *r
         *c1 = n;
         return;
     }
+    while (off < n && t[off] == '\n') off++; /* reasoning without its surrounding newlines */
     *r0 = off;
     const char *end = NULL;
     for (size_t i = off; i + 8 <= n && !end; i++)
@@ -523,6 +524,9 @@ static void think_split(const char *t, size_t n, int think, int final, size_t *r
             for (size_t h = 7; h > 0; h--)
                 if (n >= off + h && !memcmp(t + n - h, close, h)) { hold = h; break; }
         *r1 = n - hold;
+        if (!final)
+            while (*r1 > *r0 && t[*r1 - 1] == '\n') (*r1)--; /* may be the newline before </think> */
+        if (*r1 < *r0) *r1 = *r0;
         *c0 = *c1 = n;
         return;
     }
@@ -532,8 +536,6 @@ static void think_split(const char *t, size_t n, int think, int final, size_t *r
     if (k == n && !final) { *c0 = *c1 = n; return; }
     *c0 = k;
     *c1 = n;
-    /* reasoning without its surrounding newlines */
-    while (*r0 < *r1 && t[*r0] == '\n') (*r0)++;
     while (*r1 > *r0 && t[*r1 - 1] == '\n') (*r1)--;
 }
 
@@ -675,7 +677,7 @@ static int stream_collect(struct job *j) {
             continue;
         }
         size_t r0, r1, c0, c1;
-        if (j->chat) think_split(c->text ? c->text : "", c->len, j->st[k].think, done, &r0, &r1, &c0, &c1);
+        if (j->chat) srv_think_split(c->text ? c->text : "", c->len, j->st[k].think, done, &r0, &r1, &c0, &c1);
         else r0 = r1 = 0, c0 = 0, c1 = c->len;
         const size_t sr = j->st[k].sent_r > r0 ? j->st[k].sent_r : r0;
         const size_t sc = j->st[k].sent_c > c0 ? j->st[k].sent_c : c0;
@@ -797,7 +799,7 @@ static cJSON *final_json(struct job *j) {
         const char *text = c->text ? c->text : "";
         if (j->chat) {
             size_t r0, r1, c0, c1;
-            think_split(text, c->len, j->think, 1, &r0, &r1, &c0, &c1);
+            srv_think_split(text, c->len, j->think, 1, &r0, &r1, &c0, &c1);
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             char *cs = strndup(text + c0, c1 - c0);

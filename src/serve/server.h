@@ -53,6 +53,12 @@ void server_stop(struct server *srv);
 /* Constant-time comparison of a presented key with the expected one (1: equal). */
 int srv_key_equal(const char *given, size_t given_len, const char *expected);
 
+/* A chat choice's text split into reasoning (<think>...</think>) and content, as byte ranges
+ * [r0, r1) and [c0, c1). think: the prompt already opened <think>. Unless final, text that may
+ * still become a tag (a partial "<think>" at the start, a partial "</think>" at the end) is left
+ * out of both, so a stream never sends it to the wrong side. */
+void srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0, size_t *c1);
+
 /* The chat page (page.c, generated at build time from src/serve/page/chat.html). */
 extern const unsigned char gerbil_chat_page[];
 extern const size_t gerbil_chat_page_len;
