@@ -51,7 +51,7 @@ static void buf_add(struct buf *b, const char *s, size_t n) {
 static void buf_str(struct buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
 static void count_status(struct server *srv, int status) {
-    static const int codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 413, 429, 500, 503, 0};
+    static const int codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 405, 413, 429, 500, 503, 0};
     int k = SRV_N_STATUS - 1;
     for (int i = 0; i < SRV_N_STATUS - 1; i++)
         if (codes[i] == status) k = i;
@@ -1083,7 +1083,7 @@ static enum MHD_Result handle_metrics(struct server *srv, struct MHD_Connection 
     char *b = NULL;
     size_t l = 0, c = 0;
     sched_metrics_text(srv->s, &b, &l, &c);
-    static const int codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 413, 429, 500, 503, 0};
+    static const int codes[SRV_N_STATUS] = {200, 204, 400, 401, 404, 405, 413, 429, 500, 503, 0};
     char line[160];
     struct buf out = {0};
     buf_str(&out, "# HELP gerbil_http_requests_total HTTP requests answered, by status.\n"
@@ -1170,7 +1170,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         if (!strcmp(url, routes[i].path)) route = (int)i;
     if (route < 0) return send_error(srv, conn, 404, NULL, "not_found", "no route %s %s", method, url);
     if (routes[route].post ? !post : !get)
-        return send_error(srv, conn, 404, NULL, "not_found", "%s %s: use %s", method, url,
+        return send_error(srv, conn, 405, NULL, "method_not_allowed", "%s %s: use %s", method, url,
                           routes[route].post ? "POST" : "GET");
     if (!authorized(srv, conn))
         return send_error(srv, conn, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");

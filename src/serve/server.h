@@ -25,7 +25,7 @@ struct srv_config {
     int max_n;                 /* the most choices per request */
 };
 
-enum { SRV_N_STATUS = 10 };
+enum { SRV_N_STATUS = 11 };
 
 struct server {
     struct srv_config cfg;
