@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -22,7 +23,7 @@ static void usage(FILE *f) {
             "      --kv-mem GiB     KV cache memory shared by all sequences (default: --parallel x --ctx-size\n"
             "                       positions); when it runs out the newest request is preempted and recomputed\n"
             "      --api-key K      require \"Authorization: Bearer K\" (default: $GERBIL_API_KEY; none if unset)\n"
-            "      --alias NAME     the model's name in the API (default: the model's file or folder name)\n"
+            "      --alias NAME     the model's name in the API (default: the repo id, or the file or folder name)\n"
             "      --cors ORIGIN    answer browsers from ORIGIN (or *) with CORS headers (default: off)\n"
             "      --chunk N        prefill chunk in tokens, a multiple of 16 (default 64); prompts are cut at\n"
             "                       multiples of it, and the prefix cache reuses whole chunks\n"
@@ -109,13 +110,16 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     struct server srv;
-    if (!cfg.alias) cfg.alias = o.model ? base_name(o.model) : "model";
+    const char *user_alias = cfg.alias;
+    if (!cfg.alias) cfg.alias = "model"; /* until loaded */
     cfg.n_ctx_seq = 1; /* set once loaded */
     if (server_start(&srv, &cfg)) return 1;
 
     gerbil_model_t m = NULL;
     if (cli_open(&o, &m, NULL)) { server_stop(&srv); return 1; }
-    if (!cfg.alias || !strcmp(cfg.alias, "model")) srv.cfg.alias = base_name(o.model);
+    struct stat path_st;
+    if (!user_alias) /* a repo id names itself (as clients of the hub expect); a path by its last part */
+        srv.cfg.alias = o.ref && stat(o.ref, &path_st) != 0 ? o.ref : base_name(o.model);
     struct textgen tg = {.model = m};
     if (textgen_load_text(&tg, o.model)) { gerbil_model_free(m); server_stop(&srv); return 1; }
     int n_ctx = o.n_ctx > 0 ? o.n_ctx : gerbil_model_n_ctx_train(m);
@@ -150,11 +154,18 @@ int cmd_serve(int argc, char **argv) {
     srv.cfg.n_ctx_seq = n_ctx;
     if (srv.cfg.max_n > parallel) srv.cfg.max_n = parallel; /* n choices run at once */
     server_ready(&srv, s, m, tg.tok, tg.tmpl);
-    char desc[2048] = "";
+    /* the architecture and weights lines of the model's description */
+    char desc[4096] = "", arch[256] = "?", weights[256] = "?";
     gerbil_model_describe(m, desc, sizeof desc);
-    char *nl = strchr(desc, '\n');
-    if (nl) *nl = 0;
-    fprintf(stderr, "gerbil serve: model %s (%s) as \"%s\"\n", o.ref ? o.ref : o.model, desc, srv.cfg.alias);
+    for (char *line = strtok(desc, "\n"); line; line = strtok(NULL, "\n")) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        for (v++; *v == ' '; v++) {}
+        if (!strncmp(line, "architecture:", 13)) snprintf(arch, sizeof arch, "%s", v);
+        if (!strncmp(line, "weights:", 8)) snprintf(weights, sizeof weights, "%s", v);
+    }
+    fprintf(stderr, "gerbil serve: model %s (%s) as \"%s\"; weights %s\n", o.ref ? o.ref : o.model, arch,
+            srv.cfg.alias, weights);
     fprintf(stderr,
             "gerbil serve: KV cache %lld positions (%.1f MiB, %s), %d sequences of up to %d positions, prefill "
             "chunk %d, %d rows per step, prefix cache %s, queue %d%s\n",
