@@ -14,6 +14,8 @@
  *    run short; hashes chain (same block tokens after a different prefix differ);
  *  - a second chat turn (prompt = the first's + more) reuses the first's whole chunks and
  *    answers as a cold run: for the hybrid through the state snapshot at the boundary;
+ *  - the same on the golden fixtures: Qwen3, Qwen3.5, Qwen3-Next, Gemma 3, LFM2, and GGUF
+ *    Q4_K(_M) with 64-row chunks (above the prefill GEMM threshold);
  *  - n > 1 choices share the prompt (one prefill) and choice i equals a single-choice
  *    request with seed + i; stop strings end a choice with finish stop. */
 #include "gerbil.h"
@@ -427,6 +429,37 @@ int main(void) {
     gerbil_tokenizer_free(tok);
     tok = NULL;
     gerbil_model_free(model);
+
+    /* the golden architectures' tiny fixtures (random weights, no tokenizer): Qwen3, Qwen3.5
+     * and Qwen3-Next (hybrids), Gemma 3 (sliding window), LFM2 (short convolutions), and a
+     * quantized GGUF with 64-row chunks (its prefill GEMM threshold is 48 rows) */
+    static const struct { const char *dir; int chunk; } fx[] = {
+        {"tests/fixtures/qwen3-f32", 16}, {"tests/fixtures/qwen35-f32", 16}, {"tests/fixtures/qwen3next-f32", 16},
+        {"tests/fixtures/gemma3-f32", 16}, {"tests/fixtures/lfm2-f32", 16},
+        {"tests/fixtures/qwen3-gguf-q4_k_m", 64}, {"tests/fixtures/llama-gguf-q4_k", 64},
+    };
+    for (size_t k = 0; k < sizeof fx / sizeof fx[0]; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s", fx[k].dir);
+        if (stat(path, &st) != 0) { /* a GGUF fixture is a file inside the folder */
+            fprintf(stderr, "%s not found: skipped\n", path);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            char g[512];
+            snprintf(g, sizeof g, "%.400s/model.gguf", path);
+            if (stat(g, &st) == 0) memcpy(path, g, sizeof g);
+        }
+        if (load(path) != 0) {
+            CHECKF(0, "%s: cannot load: %s", path, gerbil_last_error());
+            continue;
+        }
+        sp = base_params();
+        sp.chunk = fx[k].chunk;
+        invariance(fx[k].dir + 15, &sp, 16);
+        if (fx[k].chunk == 16) second_turn(fx[k].dir + 15);
+        gerbil_model_free(model);
+    }
 
     /* the hybrid: recurrent state per sequence, snapshots for the prefix cache */
     const char *mk = getenv("GERBIL_MAKE_MODEL");
