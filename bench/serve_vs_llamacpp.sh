@@ -47,7 +47,7 @@ for n in 1 4 16 64; do
     node bench/serve_load.mjs --url "http://127.0.0.1:$PORT" --streams 1 --duration 1 --max-tokens 8 --json >/dev/null || true
     printf '{"server": "%s", ' $srv
     node bench/serve_load.mjs --url "http://127.0.0.1:$PORT" --streams $n --duration "$SECS" --max-tokens "$MAXTOK" \
-      --prompts 64 --pid $pid --json | sed 's/^{//'
+      --prompts 64 --pid $pid --json | sed "s/^{//" || true
     kill -TERM $pid; wait $pid 2>/dev/null || true
     pid=
   done
