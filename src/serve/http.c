@@ -466,6 +466,7 @@ struct job {
 
 static void job_free(struct job *j) {
     if (!j) return;
+    __atomic_sub_fetch(&j->srv->active_jobs, 1, __ATOMIC_ACQ_REL);
     for (int i = 0; i < j->n_reqs; i++) {
         sched_cancel(j->srv->s, j->reqs[i]);
         sched_release(j->srv->s, j->reqs[i]);
@@ -884,6 +885,7 @@ static enum MHD_Result run_job(struct server *srv, struct MHD_Connection *conn, 
 static struct job *job_new(struct server *srv, int chat) {
     struct job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
+    __atomic_add_fetch(&srv->active_jobs, 1, __ATOMIC_ACQ_REL);
     j->srv = srv;
     j->chat = chat;
     j->created = (int64_t)time(NULL);
@@ -1253,6 +1255,9 @@ void server_stop(struct server *srv) {
     srv->stopping = 1;
     MHD_socket fd = MHD_quiesce_daemon(srv->d);
     if (srv->s) sched_shutdown(srv->s); /* running requests end; their streams send their last chunks */
+    /* let every answer in progress finish (streams: their last chunks and [DONE]) before the
+     * daemon closes the connections; at most 10 s */
+    for (int i = 0; i < 1000 && __atomic_load_n(&srv->active_jobs, __ATOMIC_ACQUIRE) > 0; i++) usleep(10000);
     MHD_stop_daemon(srv->d);            /* waits for the connection threads */
     if (fd != MHD_INVALID_SOCKET) close(fd);
     srv->d = NULL;

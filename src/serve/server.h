@@ -37,6 +37,7 @@ struct server {
     gerbil_chat_template_t tmpl;
     int32_t ctx_tok;           /* a token pieces are decoded after (token_str), or -1 */
     volatile int ready, stopping;
+    int active_jobs;           /* requests being answered (atomic) */
     int64_t created;
     pthread_mutex_t mu;        /* the counters below */
     uint64_t by_status[SRV_N_STATUS];

@@ -249,11 +249,23 @@ await check('/tokenize and /detokenize (llama.cpp shapes)', async () => {
   assert.equal(d.content, 'The little dog');
 });
 
-const exit = await stopServer(srv);
-await check('SIGTERM: clean exit 0', async () => {
+let exit;
+await check('SIGTERM mid-stream: the stream ends with a last chunk and [DONE], the server exits 0', async () => {
+  const stream = await client.completions.create({ model: 'stories260K', prompt: 'Once', max_tokens: 400,
+                                                   temperature: 0, ignore_eos: true, stream: true });
+  let got = 0, finish = null, stopping = null;
+  for await (const ch of stream) {
+    got++;
+    if (ch.choices.length && ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+    if (got === 2) stopping = stopServer(srv);
+  }
+  exit = await stopping;
+  assert.equal(finish, 'abort', 'the stream was ended by the shutdown, with a finish_reason');
+  assert.ok(got < 400);
   assert.equal(exit.sig, null);
   assert.equal(exit.code, 0, srv.stderr());
 });
+if (!exit) exit = await stopServer(srv);
 
 console.log(`${passes} passed, ${failures} failed`);
 process.exit(failures ? 1 : 0);

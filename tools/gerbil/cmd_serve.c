@@ -3,7 +3,9 @@
 #include "serve/server.h"
 #include "textgen.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +34,15 @@ static void usage(FILE *f) {
             "      --max-body BYTES request body limit (default 16777216)\n"
             "  -c, --ctx-size N     positions per sequence, prompt + completion (default: the model's, at most 4096)\n");
     cli_print_model_opts_help(f);
+}
+
+static int stop_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    const int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(stop_pipe[1], &b, 1) < 0) {}
+    errno = saved;
 }
 
 static const char *base_name(const char *path) {
@@ -101,12 +112,19 @@ int cmd_serve(int argc, char **argv) {
                 chunk);
         return 2;
     }
-    /* signals are taken by sigwait below; every thread started from here on blocks them */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    /* SIGINT/SIGTERM: the handler (whichever thread takes it) writes the signal to a pipe the
+     * main thread waits on, so the server stops in order */
+    if (pipe(stop_pipe)) {
+        perror("gerbil serve: pipe");
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     struct server srv;
@@ -176,8 +194,8 @@ int cmd_serve(int argc, char **argv) {
     printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv.port);
     fflush(stdout);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    unsigned char sig = 0;
+    while (read(stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {}
     fprintf(stderr, "gerbil serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     server_stop(&srv);
     sched_free(s);
