@@ -161,6 +161,37 @@ const float *gerbil_context_logits(gerbil_context_t ctx, int i);
 /* [n_embd] hidden state of output i after tap layer tap_layers[tap]; NULL when out of range. */
 const float *gerbil_context_hidden(gerbil_context_t ctx, int i, int tap);
 
+/* ---- contexts, for schedulers and prefix caches (gerbil serve) ----
+ * KV bytes one position takes in a context of this kv type (every attention layer's K and V). */
+size_t gerbil_model_kv_bytes_per_token(gerbil_model_t model, gerbil_kv_type kv_type);
+/* Whether the context's model has recurrent layers (their state cannot be shared by blocks). */
+int gerbil_context_has_recurrent(gerbil_context_t ctx);
+/* Blocks (of GERBIL_KV_BLOCK positions) in the pool, and those not held by a sequence or a retain. */
+#define GERBIL_KV_BLOCK 16
+int gerbil_context_n_blocks(gerbil_context_t ctx);
+int gerbil_context_n_free_blocks(gerbil_context_t ctx);
+/* Blocks an eval of n_new more rows of seq would take from the pool (new blocks, plus a copy
+ * of a shared last block), counted as if seq were the only one extending it; -1 for no seq. */
+int gerbil_seq_blocks_needed(gerbil_context_t ctx, int32_t seq, int n_new);
+/* The ids of the blocks seq holds, in position order (at most cap written); returns how many it holds. */
+int gerbil_seq_blocks(gerbil_context_t ctx, int32_t seq, int32_t *out, int cap);
+/* An extra reference to block b (a prefix cache keeping it past its sequences), and its release;
+ * a block is free again when its last reference goes. refs: references held now (0: free). */
+void gerbil_kv_block_retain(gerbil_context_t ctx, int32_t b);
+void gerbil_kv_block_release(gerbil_context_t ctx, int32_t b);
+int gerbil_kv_block_refs(gerbil_context_t ctx, int32_t b);
+/* An empty sequence takes full blocks[0..n) (shared, each referenced once more) as its first
+ * n * GERBIL_KV_BLOCK positions, as if it had evaluated the tokens they hold. A model with
+ * recurrent layers also needs state: the recurrent state after those positions, as
+ * gerbil_seq_state_save wrote it (it becomes the sequence's state and its checkpoint); NULL
+ * otherwise. GERBIL_ERR_INVALID_ARG for a non-empty sequence, a missing state, a bad or free
+ * block, or more positions than a sequence may hold. */
+gerbil_status gerbil_seq_attach(gerbil_context_t ctx, int32_t seq, const int32_t *blocks, int n, const void *state);
+/* Bytes of one sequence's recurrent state (0: the model has no recurrent layers), and a copy
+ * of seq's current state into dst (that many bytes). */
+size_t gerbil_context_state_bytes(gerbil_context_t ctx);
+gerbil_status gerbil_seq_state_save(gerbil_context_t ctx, int32_t seq, void *dst);
+
 gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
                                  gerbil_session_t *out);
 void gerbil_session_free(gerbil_session_t s);

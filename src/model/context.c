@@ -354,6 +354,77 @@ int gerbil_seq_len(gerbil_context_t cx, int32_t id) {
     return s ? s->len : -1;
 }
 
+/* ---- block sharing, for schedulers and prefix caches ---- */
+
+size_t gerbil_model_kv_bytes_per_token(gerbil_model_t m, gerbil_kv_type t) {
+    return kv_bytes_per_token(&m->cfg, t == GERBIL_KV_F32 ? 4 : 2);
+}
+
+int gerbil_context_has_recurrent(gerbil_context_t cx) { return cx->rstate != NULL; }
+int gerbil_context_n_blocks(gerbil_context_t cx) { return cx->blocks.n_blocks; }
+int gerbil_context_n_free_blocks(gerbil_context_t cx) { return cx->blocks.n_free; }
+
+int gerbil_seq_blocks_needed(gerbil_context_t cx, int32_t id, int n_new) {
+    struct ctx_seq *s = seq_at(cx, id);
+    if (!s) return -1;
+    if (!cx->kv_mem || n_new <= 0) return 0;
+    return kvb_needed(&cx->blocks, &s->kv, s->len, s->len + n_new);
+}
+
+int gerbil_seq_blocks(gerbil_context_t cx, int32_t id, int32_t *out, int cap) {
+    struct ctx_seq *s = seq_at(cx, id);
+    if (!s) return 0;
+    for (int i = 0; i < s->kv.n && i < cap; i++) out[i] = s->kv.blocks[i];
+    return s->kv.n;
+}
+
+static int block_held(struct gerbil_context *cx, int32_t b) {
+    return b >= 0 && b < cx->blocks.n_blocks && cx->blocks.ref[b] > 0;
+}
+
+void gerbil_kv_block_retain(gerbil_context_t cx, int32_t b) {
+    if (block_held(cx, b)) kvb_ref(&cx->blocks, b);
+}
+
+void gerbil_kv_block_release(gerbil_context_t cx, int32_t b) {
+    if (block_held(cx, b)) kvb_unref(&cx->blocks, b);
+}
+
+int gerbil_kv_block_refs(gerbil_context_t cx, int32_t b) {
+    return b >= 0 && b < cx->blocks.n_blocks ? cx->blocks.ref[b] : 0;
+}
+
+size_t gerbil_context_state_bytes(gerbil_context_t cx) { return cx->rstate ? cx->slot_floats * sizeof(float) : 0; }
+
+gerbil_status gerbil_seq_state_save(gerbil_context_t cx, int32_t id, void *dst) {
+    if (!seq_at(cx, id)) return err_set(GERBIL_ERR_INVALID_ARG, "no sequence %d", (int)id);
+    if (cx->rstate) cx->be->ops->download(cx->be, dst, slot_state(cx, id), cx->slot_floats * sizeof(float));
+    return GERBIL_OK;
+}
+
+gerbil_status gerbil_seq_attach(gerbil_context_t cx, int32_t id, const int32_t *blocks, int n, const void *state) {
+    struct ctx_seq *s = seq_at(cx, id);
+    if (!s) return err_set(GERBIL_ERR_INVALID_ARG, "no sequence %d to attach blocks to", (int)id);
+    if (s->len) return err_set(GERBIL_ERR_INVALID_ARG, "sequence %d is not empty (%d positions)", (int)id, s->len);
+    if (cx->rstate && !state)
+        return err_set(GERBIL_ERR_INVALID_ARG, "the model has recurrent layers: KV blocks alone do not hold its state");
+    if (n < 0 || n > s->kv.cap)
+        return err_set(GERBIL_ERR_INVALID_ARG, "%d blocks exceed a sequence's %d", n, s->kv.cap);
+    for (int i = 0; i < n; i++)
+        if (!block_held(cx, blocks[i]))
+            return err_set(GERBIL_ERR_INVALID_ARG, "block %d is not a held block of the pool", (int)blocks[i]);
+    if (!cx->kv_mem) return err_set(GERBIL_ERR_INVALID_ARG, "the model has no KV cache");
+    kvb_attach(&cx->blocks, &s->kv, blocks, n);
+    s->len = n * KV_BLOCK;
+    if (cx->rstate) {
+        const size_t bytes = cx->slot_floats * sizeof(float);
+        cx->be->ops->upload(cx->be, slot_state(cx, id), state, bytes);
+        cx->be->ops->upload(cx->be, slot_ckpt(cx, id), state, bytes);
+        s->ckpt_pos = s->len;
+    }
+    return GERBIL_OK;
+}
+
 /* Block src's pool rows to block dst (copy-on-write of a shared last block). */
 static void copy_block(void *user, int32_t dst, int32_t src) {
     struct gerbil_context *cx = user;

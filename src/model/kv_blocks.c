@@ -102,3 +102,19 @@ void kvb_fork(struct kv_blocks *kb, struct kv_table *dst, const struct kv_table 
     }
     dst->n = src->n;
 }
+
+void kvb_ref(struct kv_blocks *kb, int32_t b) {
+    GB_ASSERT(b >= 0 && b < kb->n_blocks && kb->ref[b] > 0);
+    kb->ref[b]++;
+}
+
+void kvb_unref(struct kv_blocks *kb, int32_t b) { unref(kb, b); }
+
+void kvb_attach(struct kv_blocks *kb, struct kv_table *dst, const int32_t *blocks, int n) {
+    GB_ASSERT(dst->n == 0 && dst->cap >= n);
+    for (int i = 0; i < n; i++) {
+        kvb_ref(kb, blocks[i]);
+        dst->blocks[i] = blocks[i];
+    }
+    dst->n = n;
+}

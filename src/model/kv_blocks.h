@@ -48,5 +48,11 @@ gerbil_status kvb_extend(struct kv_blocks *kb, struct kv_table *t, int len, int 
 void kvb_truncate(struct kv_blocks *kb, struct kv_table *t, int n);
 /* dst (empty, capacity >= src's blocks) shares src's blocks. */
 void kvb_fork(struct kv_blocks *kb, struct kv_table *dst, const struct kv_table *src);
+/* An extra reference to a held block (kvb_ref), and giving one back (kvb_unref: the block is
+ * free again when its last reference goes). */
+void kvb_ref(struct kv_blocks *kb, int32_t b);
+void kvb_unref(struct kv_blocks *kb, int32_t b);
+/* dst (empty, capacity >= n) takes held blocks[0..n), each referenced once more. */
+void kvb_attach(struct kv_blocks *kb, struct kv_table *dst, const int32_t *blocks, int n);
 
 #endif

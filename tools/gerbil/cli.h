@@ -95,5 +95,6 @@ int cmd_quantize(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif
