@@ -118,14 +118,12 @@ void set_load_err(struct cuda_backend *cb, gerbil_status st) {
     if (cb->load_err == GERBIL_OK) cb->load_err = st;
 }
 
-/* The device copy of host bytes [p, p + n), uploading the smallest region holding them
- * when no earlier upload does. NULL when out of device memory (message set). */
+/* The device copy of host bytes [p, p + n): the earlier upload of exactly these bytes (a
+ * tied embedding is prepared twice), else a new one. NULL when out of device memory
+ * (message set). */
 const char *region_for(struct cuda_backend *cb, const void *p, size_t n, const char *what) {
-    const char *h = (const char *)p;
-    for (int i = 0; i < cb->n_regions; i++) {
-        const char *rh = (const char *)cb->regions[i].host;
-        if (h >= rh && h + n <= rh + cb->regions[i].bytes) return (const char *)cb->regions[i].dev + (h - rh);
-    }
+    for (int i = 0; i < cb->n_regions; i++)
+        if (cb->regions[i].host == p && cb->regions[i].bytes == n) return (const char *)cb->regions[i].dev;
     if (cb->n_regions == cb->cap_regions) {
         int cap = cb->cap_regions ? 2 * cb->cap_regions : 256;
         struct cuda_region *nr = (struct cuda_region *)realloc(cb->regions, (size_t)cap * sizeof *nr);

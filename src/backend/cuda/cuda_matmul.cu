@@ -5,8 +5,9 @@
  * with the input row in element order (fused multiply-adds), and the 32 lane sums are added
  * by a butterfly. A warp runs RT input rows over each dequantized chunk, so a weight row is
  * read once for RT rows; every row's sums are the same operations whatever RT is and
- * whatever else the call holds, so a row's result never depends on its batch (backend.h,
- * batch invariance) and one method serves every span. */
+ * whatever else the call holds. Rows of segments of 16 rows or more (prefill) take a tiled
+ * GEMM instead (gemm_kernel); the method is chosen by the row's span, so a row's result
+ * never depends on its batch (backend.h, batch invariance). */
 #include "backend/cuda/cuda_impl.cuh"
 
 #include <stdio.h>
@@ -34,12 +35,34 @@ __device__ __forceinline__ void deq32(const cu_w &w, int o, int j, float *v, int
     const uint8_t *row = w.data + (long long)o * w.row_bytes;
     if constexpr (T == GB_TYPE_F32) {
         const float *r = (const float *)row + 32 * j;
+        if (n == 32 && ((uintptr_t)r & 15) == 0) { /* 16-byte loads */
 #pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = i < n ? r[i] : 0.0f;
+            for (int i = 0; i < 32; i += 4) {
+                const float4 q = *(const float4 *)(r + i);
+                v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) v[i] = i < n ? r[i] : 0.0f;
+        }
     } else if constexpr (T == GB_TYPE_F16 || T == GB_TYPE_BF16) {
         const uint16_t *r = (const uint16_t *)row + 32 * j;
+        if (n == 32 && ((uintptr_t)r & 15) == 0) {
 #pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = i < n ? (T == GB_TYPE_F16 ? h2f(r[i]) : bf2f(r[i])) : 0.0f;
+            for (int i = 0; i < 32; i += 8) {
+                const uint4 q = *(const uint4 *)(r + i);
+                const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint16_t lo = (uint16_t)(u[k] & 0xffff), hi = (uint16_t)(u[k] >> 16);
+                    v[i + 2 * k] = T == GB_TYPE_F16 ? h2f(lo) : bf2f(lo);
+                    v[i + 2 * k + 1] = T == GB_TYPE_F16 ? h2f(hi) : bf2f(hi);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) v[i] = i < n ? (T == GB_TYPE_F16 ? h2f(r[i]) : bf2f(r[i])) : 0.0f;
+        }
     } else if constexpr (T == GB_TYPE_Q8_0) {
         const uint8_t *b = row + (long long)j * 34;
         const float d = h2f(ld16(b));
@@ -217,6 +240,65 @@ __global__ void rows_kernel(float *y, cu_w w, const int32_t *ids) {
     }
 }
 
+/* Many rows (prefill): a 64 x 64 tile of y per block of 256 threads, over chunks of 32 of
+ * n_in: 64 weight rows dequantized into shared memory once for 64 input rows, each thread
+ * 4 rows x 4 outputs. Every output is one fused multiply-add chain over k in order, so a
+ * row's bits depend only on its own input (not on the tile it shares). */
+enum { GM = 64, GN = 64, GK = 32 };
+
+template <int T>
+__global__ void __launch_bounds__(256) gemm_kernel(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+                                                   const float *__restrict__ bias, int n_rows) {
+    __shared__ __align__(16) float xs[GK][GM + 4];
+    __shared__ __align__(16) float ws[GK][GN + 4];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int m0 = blockIdx.y * GM, o0 = blockIdx.x * GN, n_in = w.n_in, nch = (n_in + GK - 1) / GK;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int c = 0; c < nch; c++) {
+        const int kv = min(GK, n_in - c * GK);
+        if (tid < GN) { /* one weight row's chunk per thread */
+            const int o = o0 + tid;
+            float v[32];
+            if (o < w.n_out) deq32<T>(w, o, c, v, is_float_t(T) ? kv : 32);
+            else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) v[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 32; i++) ws[i][tid] = v[i];
+        }
+        for (int e = tid; e < GM * GK; e += 256) { /* x: 64 rows x 32, coalesced along k */
+            const int r = e / GK, k = e % GK;
+            xs[k][r] = m0 + r < n_rows && k < kv ? x[(long long)(m0 + r) * n_in + c * GK + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < GK; k++) {
+            const float4 a = *(const float4 *)&xs[k][ty * 4], b = *(const float4 *)&ws[k][tx * 4];
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = m0 + ty * 4 + i;
+        if (r >= n_rows) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int o = o0 + tx * 4 + j;
+            if (o < w.n_out) y[(long long)r * w.n_out + o] = bias ? __fadd_rn(acc[i][j], bias[o]) : acc[i][j];
+        }
+    }
+}
+
 cu_w cu_weight(const struct gb_weight *w) {
     cu_w c = {};
     c.data = (const uint8_t *)w->data;
@@ -238,9 +320,11 @@ int type_id(const struct gb_weight *w) { return w->kind == GB_WEIGHT_MLX ? MLX_B
 
 template <int T>
 void launch_t(cudaStream_t st, float *y, const float *x, const cu_w &w, const float *bias, int n, const int32_t *ids,
-              int n_sel, int x_per_slot) {
+              int n_sel, int x_per_slot, int gemm) {
     const dim3 blk(128);
-    if (ids) {
+    if (gemm) {
+        gemm_kernel<T><<<dim3((w.n_out + GN - 1) / GN, (n + GM - 1) / GM), 256, 0, st>>>(y, x, w, bias, n);
+    } else if (ids) {
         mm_kernel<T, 1><<<dim3((w.n_out + 3) / 4, n), blk, 0, st>>>(y, x, w, bias, n, ids, n_sel, x_per_slot);
     } else if (n < 4) {
         mm_kernel<T, 1><<<dim3((w.n_out + 3) / 4, n), blk, 0, st>>>(y, x, w, bias, n, NULL, 0, 0);
@@ -263,9 +347,9 @@ void launch_rows(cudaStream_t st, float *y, const cu_w &w, const int32_t *ids, i
     X(MLX_BASE + 2) X(MLX_BASE + 3) X(MLX_BASE + 4) X(MLX_BASE + 5) X(MLX_BASE + 6) X(MLX_BASE + 8)
 
 void launch(cudaStream_t st, float *y, const float *x, const cu_w &w, int tid, const float *bias, int n,
-            const int32_t *ids, int n_sel, int x_per_slot) {
+            const int32_t *ids, int n_sel, int x_per_slot, int gemm = 0) {
     switch (tid) {
-#define X(T) case T: launch_t<T>(st, y, x, w, bias, n, ids, n_sel, x_per_slot); return;
+#define X(T) case T: launch_t<T>(st, y, x, w, bias, n, ids, n_sel, x_per_slot, gemm); return;
         GB_CUDA_TYPES(X)
 #undef X
     default: gb_abort(__FILE__, __LINE__, "cuda matmul: a weight format weight_prepare refused");
@@ -303,10 +387,29 @@ int cu_weight_supported(const struct gb_weight *w, char *why, size_t cap) {
     }
 }
 
+/* Rows whose span (their segment's rows in this call) is at least this take the tiled GEMM,
+ * the others the per-row kernel (backend.h: the method by span, never by the call's size). */
+enum { GEMM_MIN_SPAN = 16 };
+
 void cu_matmul(struct cuda_backend *cb, float *y, const float *x, const struct gb_weight *w, const float *bias,
                struct gb_rows r) {
     if (r.n <= 0) return;
-    launch(cb->st, y, x, cu_weight(w), type_id(w), bias, r.n, NULL, 0, 0);
+    int split = r.n; /* rows [0, split) per row, [split, n) GEMM; spans are non-decreasing */
+    if (!r.span) split = r.n >= GEMM_MIN_SPAN ? 0 : r.n;
+    else {
+        int lo = 0, hi = r.n;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (r.span[mid] >= GEMM_MIN_SPAN) hi = mid;
+            else lo = mid + 1;
+        }
+        split = lo;
+    }
+    const cu_w cw = cu_weight(w);
+    if (split > 0) launch(cb->st, y, x, cw, type_id(w), bias, split, NULL, 0, 0);
+    if (split < r.n)
+        launch(cb->st, y + (size_t)split * (size_t)w->n_out, x + (size_t)split * (size_t)w->n_in, cw, type_id(w), bias,
+               r.n - split, NULL, 0, 0, 1);
 }
 
 void cu_matmul_id(struct cuda_backend *cb, float *y, const float *x, int x_per_slot, const struct gb_weight *stack,
