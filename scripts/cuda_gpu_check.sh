@@ -54,3 +54,7 @@ if [ "$STAGE" != test ]; then
         echo "bench $f ($bytes bytes): $(cat "$LOG/bench_$f.json") $(tail -2 "$LOG/bench_$f.err" | tr '\n' ' ')"
     done
 fi
+if [ "$STAGE" != test ] && [ -n "${BATCH:-}" ]; then # batched decode: BATCH sequences per step
+    timeout $(left 120) $B/gerbil bench --model /tmp/gerbil-bench/q4_k_m.gguf --device cuda -p 0 -n 32 -r 1 \
+        --batch "$BATCH" --json 2>/dev/null | sed "s/^/bench q4_k_m --batch $BATCH: /"
+fi
