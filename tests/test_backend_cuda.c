@@ -249,7 +249,9 @@ static double *mm_tol(const float *deq, const float *x, int n, int n_in, int n_o
     return tol;
 }
 
-static const int SEGS[] = {1, 1, 3, 5, 17, 33};
+static const int SEGS_A[] = {1, 1, 3, 5, 17, 33}; /* prefill chunks among decode rows */
+static const int SEGS_B[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                             1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* batched decode */
 
 static void test_matmul(const struct fmt *f, int big) {
     const int n_out = big ? 67 : 37, n_in = fmt_n_in(f, big);
@@ -261,11 +263,12 @@ static void test_matmul(const struct fmt *f, int big) {
     float *dbias = dput(bias, (size_t)n_out * sizeof(float));
     static const int NS[] = {1, 3, 17, 40};
     char what[160];
-    for (int k = 0; k <= COUNT(NS); k++) {
+    for (int k = 0; k <= COUNT(NS) + 1; k++) {
         int n = k < COUNT(NS) ? NS[k] : 0, nseg = 0;
         int32_t *span = NULL;
-        if (k == COUNT(NS)) { /* segments: each alone must give the same bits */
-            nseg = COUNT(SEGS);
+        const int *SEGS = k == COUNT(NS) ? SEGS_A : SEGS_B;
+        if (k >= COUNT(NS)) { /* segments: each alone must give the same bits */
+            nseg = k == COUNT(NS) ? COUNT(SEGS_A) : COUNT(SEGS_B);
             for (int s = 0; s < nseg; s++) n += SEGS[s];
             span = xmalloc((size_t)n * sizeof *span);
             for (int s = 0, r = 0; s < nseg; s++)

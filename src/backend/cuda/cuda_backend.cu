@@ -488,9 +488,10 @@ void cu_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const fl
     CU_LAUNCHED();
 }
 
-/* One block of ATT_T threads per (query row, head): keys in tiles of ATT_T, one score per
- * thread, an online softmax over the tiles (running max and sum), each thread owning
- * output channels c = tid, tid + ATT_T, ... */
+/* One block of ATT_T threads per (query row, head): keys in tiles of ATT_T (each warp's 32
+ * scored one at a time across its lanes, thread t keeping key t's score), an online softmax
+ * over the tiles (running max and sum), each thread owning output channels c = tid,
+ * tid + ATT_T, ... */
 enum { ATT_T = 128, ATT_MAX_HD = 512 };
 
 template <bool F16>
@@ -514,20 +515,27 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
     for (int u = 0; u < ATT_MAX_HD / ATT_T; u++) acc[u] = 0.0f;
     __syncthreads();
     for (int t0 = j0; t0 <= p; t0 += ATT_T) {
-        const int j = t0 + tid;
+        const int j = t0 + tid, lane = tid & 31, wj = t0 + (tid & ~31);
         float s = -INFINITY;
-        if (j <= p) {
-            const long pr = ((long)bt[j >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (j & (KV_BLOCK - 1));
-            srow[tid] = pr * kv_stride + kv_off;
+        /* the warp's 32 keys one after another, each dot product across the lanes
+         * (coalesced rows); lane kk keeps key wj + kk's score */
+        for (int kk = 0; kk < 32 && wj + kk <= p; kk++) {
+            const int jk = wj + kk;
+            const long base = (((long)bt[jk >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (jk & (KV_BLOCK - 1))) * kv_stride +
+                              kv_off;
             float d = 0.0f;
             if (F16) {
-                const __half *k = (const __half *)kc + pr * kv_stride + kv_off;
-                for (int c = 0; c < hd; c++) d = fmaf(sq[c], __half2float(k[c]), d);
+                const __half *k = (const __half *)kc + base;
+                for (int c = lane; c < hd; c += 32) d = fmaf(sq[c], __half2float(k[c]), d);
             } else {
-                const float *k = (const float *)kc + pr * kv_stride + kv_off;
-                for (int c = 0; c < hd; c++) d = fmaf(sq[c], k[c], d);
+                const float *k = (const float *)kc + base;
+                for (int c = lane; c < hd; c += 32) d = fmaf(sq[c], k[c], d);
             }
-            s = d * scale;
+            for (int off = 16; off; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+            if (lane == kk) {
+                s = d * scale;
+                srow[tid] = base;
+            }
         }
         /* the tile's max */
         float mx = s;

@@ -328,6 +328,8 @@ void launch_t(cudaStream_t st, float *y, const float *x, const cu_w &w, const fl
         mm_kernel<T, 1><<<dim3((w.n_out + 3) / 4, n), blk, 0, st>>>(y, x, w, bias, n, ids, n_sel, x_per_slot);
     } else if (n < 4) {
         mm_kernel<T, 1><<<dim3((w.n_out + 3) / 4, n), blk, 0, st>>>(y, x, w, bias, n, NULL, 0, 0);
+    } else if (n >= 32) { /* batched decode: a weight row read once for 32 rows */
+        mm_kernel<T, 32><<<dim3((w.n_out + 3) / 4, (n + 31) / 32), blk, 0, st>>>(y, x, w, bias, n, NULL, 0, 0);
     } else {
         mm_kernel<T, 8><<<dim3((w.n_out + 3) / 4, (n + 7) / 8), blk, 0, st>>>(y, x, w, bias, n, NULL, 0, 0);
     }
