@@ -262,6 +262,14 @@ static void test_matmul(const struct fmt *f, int big) {
     float *bias = rnd((size_t)n_out, 1.0f);
     float *dbias = dput(bias, (size_t)n_out * sizeof(float));
     static const int NS[] = {1, 3, 17, 40};
+    /* matmul_multi's second matrix, alive as long as t (weights outlive their backend) */
+    struct tw t2;
+    const struct fmt f2 = {.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_Q8_0};
+    if (n_in % 32 == 0) {
+        make_tw(&t2, &f2, 21, n_in);
+        t2.wc = t2.w;
+        prepare(&t2.wc, 1);
+    }
     char what[160];
     for (int k = 0; k <= COUNT(NS) + 1; k++) {
         int n = k < COUNT(NS) ? NS[k] : 0, nseg = 0;
@@ -295,12 +303,7 @@ static void test_matmul(const struct fmt *f, int big) {
             }
             CHECKF(bad < 0, "%s: segment %d differs from the segment alone (seed %llu)", what, bad, seed0);
             /* matmul_multi: the bits of separate calls */
-            struct tw t2;
-            struct fmt f2 = {.kind = GB_WEIGHT_PLAIN, .type = GB_TYPE_Q8_0};
             if (n_in % 32 == 0) {
-                make_tw(&t2, &f2, 21, n_in);
-                t2.wc = t2.w;
-                prepare(&t2.wc, 1);
                 float *dy2 = dpoison((size_t)n * 21), *dy1 = dpoison((size_t)n * n_out);
                 float *const ys[2] = {dy1, dy2};
                 const struct gb_weight *const ws[2] = {&t.wc, &t2.wc};
@@ -314,7 +317,6 @@ static void test_matmul(const struct fmt *f, int big) {
                 cmp_tol("matmul_multi second matrix (q8_0)", y2, y2r, (size_t)n * 21, 0, 0, tol2);
                 free(y1), free(y2), free(y2r), free(tol2);
                 dfree(dy1), dfree(dy2);
-                free_tw(&t2);
             }
         }
         free(x), free(yref), free(y), free(tol), free(span);
@@ -338,6 +340,7 @@ static void test_matmul(const struct fmt *f, int big) {
     }
     dfree(dbias);
     free(bias);
+    if (n_in % 32 == 0) free_tw(&t2);
     free_tw(&t);
 }
 

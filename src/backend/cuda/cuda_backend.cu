@@ -119,7 +119,9 @@ void set_load_err(struct cuda_backend *cb, gerbil_status st) {
 }
 
 /* The device copy of host bytes [p, p + n): the earlier upload of exactly these bytes (a
- * tied embedding is prepared twice), else a new one. NULL when out of device memory
+ * tied embedding is prepared twice), else a new one. Host weights must outlive the
+ * backend (the loader's checkpoint does), or a new tensor at a freed one's address would
+ * find the old copy. NULL when out of device memory
  * (message set). */
 const char *region_for(struct cuda_backend *cb, const void *p, size_t n, const char *what) {
     for (int i = 0; i < cb->n_regions; i++)
@@ -488,8 +490,9 @@ void cu_kv_store(struct backend *be, void *cache, enum gb_type kv_type, const fl
     CU_LAUNCHED();
 }
 
-/* One block of ATT_T threads per (query row, head): keys in tiles of ATT_T (each warp's 32
- * scored one at a time across its lanes, thread t keeping key t's score), an online softmax
+/* One block of ATT_T threads per (query row, head): keys in tiles of ATT_T (thread t scores
+ * key t; in segments of 16 rows or more each warp's 32 keys are scored one at a time across
+ * its lanes instead, thread t keeping key t's score), an online softmax
  * over the tiles (running max and sum), each thread owning output channels c = tid,
  * tid + ATT_T, ... */
 enum { ATT_T = 128, ATT_MAX_HD = 512 };
@@ -506,6 +509,7 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
     const int h = blockIdx.x, tid = threadIdx.x;
     const int p = sg.pos0 + i, row = sg.row0 + i;
     const int j0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    const bool lanes = sg.n_rows >= 16; /* the method by the segment's rows, never by the batch */
     const long kv_off = (long)(h / group) * hd;
     const float *qr = q + ((long)row * n_head + h) * hd;
     for (int c = tid; c < hd; c += ATT_T) sq[c] = qr[c];
@@ -517,9 +521,22 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
     for (int t0 = j0; t0 <= p; t0 += ATT_T) {
         const int j = t0 + tid, lane = tid & 31, wj = t0 + (tid & ~31);
         float s = -INFINITY;
-        /* the warp's 32 keys one after another, each dot product across the lanes
-         * (coalesced rows); lane kk keeps key wj + kk's score */
-        for (int kk = 0; kk < 32 && wj + kk <= p; kk++) {
+        if (!lanes && j <= p) { /* a short segment (decode): each thread its own key's dot */
+            const long base = (((long)bt[j >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (j & (KV_BLOCK - 1))) * kv_stride + kv_off;
+            srow[tid] = base;
+            float d = 0.0f;
+            if (F16) {
+                const __half *k = (const __half *)kc + base;
+                for (int c = 0; c < hd; c++) d = fmaf(sq[c], __half2float(k[c]), d);
+            } else {
+                const float *k = (const float *)kc + base;
+                for (int c = 0; c < hd; c++) d = fmaf(sq[c], k[c], d);
+            }
+            s = d * scale;
+        }
+        /* a long segment (prefill): the warp's 32 keys one after another, each dot product
+         * across the lanes (coalesced rows); lane kk keeps key wj + kk's score */
+        for (int kk = 0; lanes && kk < 32 && wj + kk <= p; kk++) {
             const int jk = wj + kk;
             const long base = (((long)bt[jk >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (jk & (KV_BLOCK - 1))) * kv_stride +
                               kv_off;
