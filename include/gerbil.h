@@ -47,9 +47,9 @@ typedef struct gerbil_model_params {
      * numerics. The default fast kernels quantize activations to 8-bit blocks for GGUF
      * quantized weights, as llama.cpp does. */
     int reference_kernels;
-    /* Where the model runs: "cpu" (the default) or "ref" (every op through the scalar
-     * reference kernels: the specification, slow; reference_kernels = 1 is the same).
-     * NULL: the default. */
+    /* Where the model runs: "cpu" (the default), "ref" (every op through the scalar
+     * reference kernels: the specification, slow; reference_kernels = 1 is the same), or
+     * "cuda" / "cuda:N" (GPU N, in builds with the CUDA backend). NULL: the default. */
     const char *backend;
     /* Called while loading with bytes done of total (may be NULL). */
     void (*progress)(void *user, const char *path, size_t done, size_t total);
@@ -76,8 +76,13 @@ int gerbil_model_eos_ids(gerbil_model_t model, int32_t *ids, int cap);
 int32_t gerbil_model_bos_id(gerbil_model_t model); /* -1 if none */
 /* Human-readable multi-line description (architecture, params, dtypes, memory). */
 gerbil_status gerbil_model_describe(gerbil_model_t model, char *buf, size_t cap);
-/* The backend the model was loaded on ("cpu", "ref"). */
+/* The backend the model was loaded on ("cpu", "ref", "cuda"). */
 const char *gerbil_model_backend(gerbil_model_t model);
+/* GPUs the CUDA backend can run on: their count (0 in a build without CUDA, or with no
+ * driver or device), and GPU i's name and memory (bytes; free as of the call). A model
+ * goes onto GPU i with gerbil_model_params.backend = "cuda:i" ("cuda": GPU 0). */
+int gerbil_gpu_count(void);
+gerbil_status gerbil_gpu_info(int i, char *name, size_t cap, size_t *total_bytes, size_t *free_bytes);
 int gerbil_model_n_embd(gerbil_model_t model);
 int gerbil_model_n_layer(gerbil_model_t model);
 

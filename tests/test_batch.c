@@ -16,7 +16,9 @@
  *    re-running; a full KV cache and bad rows are refused with nothing changed;
  *  - hidden-state taps and embedding rows: a row given as its token's embedding equals
  *    the token row, and taps of the last layer feed the logits;
- *  - two sessions of one model evaluating from two threads at once get what they get alone. */
+ *  - two sessions of one model evaluating from two threads at once get what they get alone.
+ * GERBIL_TEST_BACKEND=cuda (or cuda:N) loads every model on that backend instead of the CPU
+ * (the same checks: batch invariance on the GPU); it skips (77) without a GPU. */
 #include "gerbil.h"
 #include "io/safetensors.h"
 #include "test.h"
@@ -95,9 +97,12 @@ static int fixture_path(const struct fixture *f, char *out, size_t cap) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
+static const char *test_backend; /* $GERBIL_TEST_BACKEND (NULL: cpu) */
+
 static gerbil_model_t load(const char *path, int threads) {
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = threads;
+    mp.backend = test_backend;
     gerbil_model_t m = NULL;
     if (gerbil_model_load(path, &mp, &m) != GERBIL_OK) {
         CHECKF(0, "%s: %s", path, gerbil_last_error());
@@ -533,7 +538,12 @@ static void test_threads(void) {
 
 int main(int argc, char **argv) {
     rng = argc > 1 ? strtoull(argv[1], NULL, 0) : (unsigned long long)time(NULL) * 2654435761ULL | 1;
-    printf("test_batch: seed %llu (rerun with this argument to reproduce)\n", rng);
+    test_backend = getenv("GERBIL_TEST_BACKEND");
+    if (test_backend && !*test_backend) test_backend = NULL;
+    if (test_backend && !strncmp(test_backend, "cuda", 4) && gerbil_gpu_count() == 0)
+        SKIP("GERBIL_TEST_BACKEND=%s: no CUDA device in this build or machine", test_backend);
+    printf("test_batch: seed %llu (rerun with this argument to reproduce)%s%s\n", rng,
+           test_backend ? ", backend " : "", test_backend ? test_backend : "");
     char tmpl[] = "/tmp/gerbil-test-batch-XXXXXX";
     tmpdir = mkdtemp(tmpl);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {

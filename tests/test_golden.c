@@ -4,13 +4,18 @@
  * Also: the f16 KV cache within a looser bound, the prompt in two chunks and one token
  * per call (the decode path at every position) within 1e-3, and results independent of
  * the thread count. Every fixture again on the ref backend (the scalar reference of every
- * op through the same model code): within 1e-3 and the same greedy tokens. */
+ * op through the same model code): within 1e-3 and the same greedy tokens.
+ * GERBIL_TEST_BACKEND=cuda (or cuda:N) runs the same checks with the model on that backend
+ * instead of the CPU (the ref pass is then left out); it skips (77) without a GPU. */
 #include "gerbil.h"
 #include "io/safetensors.h"
 #include "test.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+static const char *test_backend; /* $GERBIL_TEST_BACKEND: the backend under test (NULL: cpu) */
 
 static const char *fixtures[] = {
     "llama-f32", "llama-bf16", "mistral-f32", "mistral-bf16", "qwen2-f32", "qwen2-bf16",
@@ -121,6 +126,7 @@ static void test_fixture(const char *name) {
     for (int threads = 1; threads <= 2; threads++) {
         gerbil_model_params mp = gerbil_model_default_params();
         mp.n_threads = threads;
+        mp.backend = test_backend;
         gerbil_model_t m;
         gerbil_status st = gerbil_model_load(dir, &mp, &m);
         CHECKF(st == GERBIL_OK, "%s: load: %s", name, gerbil_last_error());
@@ -163,6 +169,7 @@ static void test_fixture(const char *name) {
         gerbil_model_free(m);
     }
     /* the same model code on the reference backend (every op its scalar definition) */
+    if (test_backend) goto done;
     gerbil_model_params mp = gerbil_model_default_params();
     mp.backend = "ref";
     gerbil_model_t m;
@@ -179,12 +186,18 @@ static void test_fixture(const char *name) {
         printf("%s: ref backend: max |d| %.2g\n", name, (double)d);
         gerbil_model_free(m);
     }
+done:
     free(lg);
     free(lg2);
     st_file_close(&e.f);
 }
 
 int main(int argc, char **argv) {
+    test_backend = getenv("GERBIL_TEST_BACKEND");
+    if (test_backend && !*test_backend) test_backend = NULL;
+    if (test_backend && !strncmp(test_backend, "cuda", 4) && gerbil_gpu_count() == 0)
+        SKIP("GERBIL_TEST_BACKEND=%s: no CUDA device in this build or machine", test_backend);
+    if (test_backend) printf("test_golden: on the %s backend\n", test_backend);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         if (argc < 2 || strstr(fixtures[i], argv[1])) test_fixture(fixtures[i]);
     return test_done();

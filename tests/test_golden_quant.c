@@ -16,7 +16,9 @@
  * for any length (where the CPU has AVX512-BF16; by default prompts of 48 or more tokens
  * take them: bf16 for GGML types, 16-bit integers for MLX) and from one token per call (the
  * per-token kernels, which also make the greedy continuation); "observed error" is the
- * larger of the two. */
+ * larger of the two.
+ * GERBIL_TEST_BACKEND=cuda (or cuda:N): each fixture once on that backend, held to the
+ * reference kernels' bounds (f32 activations, exact dequantization); skips (77) without a GPU. */
 #include "gerbil.h"
 #include "backend/cpu/gemm_avx512.h"
 #include "io/safetensors.h"
@@ -25,6 +27,8 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+
+static const char *test_backend; /* $GERBIL_TEST_BACKEND (NULL: the CPU) */
 
 static const char *fixtures[] = {
     "qwen3-mlx4", "qwen3-mlx8", "llama-mlx4", "qwen35-mlx4", "qwen3next-mlx4", "lfm2-mlx4",
@@ -62,7 +66,8 @@ static void test_fixture(const char *name, int reference, int mmap) {
 
     gerbil_model_params mp = gerbil_model_default_params();
     mp.n_threads = 2;
-    mp.reference_kernels = reference;
+    mp.reference_kernels = reference && !test_backend;
+    mp.backend = test_backend;
     mp.use_mmap = mmap;
     /* 8-bit activation blocks are used for GGUF block types only */
     const int act_quant = !reference && strstr(name, "gguf") && !strstr(name, "f32") && !strstr(name, "f16");
@@ -132,7 +137,7 @@ static void test_fixture(const char *name, int reference, int mmap) {
     CHECKF(same == G || (act_quant && mg[same] < decidable), "%s: greedy token %d is %d, reference %d (reference margin %g)",
            name, same, same < G ? out[same] : -1, same < G ? want[same] : -1, same < G ? mg[same] : 0);
     printf("%-20s %-9s max|d| %.3g, one token per call %.3g (rms %.3g), greedy %d/%d identical\n", name,
-           reference ? "reference" : mmap ? "fast mmap" : "fast", d, d1, rms, same, G);
+           test_backend ? test_backend : reference ? "reference" : mmap ? "fast mmap" : "fast", d, d1, rms, same, G);
     gerbil_sampler_free(sampler);
     free(lg);
     gerbil_session_free(sess);
@@ -141,8 +146,13 @@ static void test_fixture(const char *name, int reference, int mmap) {
 }
 
 int main(int argc, char **argv) {
+    test_backend = getenv("GERBIL_TEST_BACKEND");
+    if (test_backend && !*test_backend) test_backend = NULL;
+    if (test_backend && !strncmp(test_backend, "cuda", 4) && gerbil_gpu_count() == 0)
+        SKIP("GERBIL_TEST_BACKEND=%s: no CUDA device in this build or machine", test_backend);
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
-        if (argc < 2 || strstr(fixtures[i], argv[1])) {
+        if (test_backend && (argc < 2 || strstr(fixtures[i], argv[1]))) test_fixture(fixtures[i], 1, 0);
+        else if (argc < 2 || strstr(fixtures[i], argv[1])) {
             test_fixture(fixtures[i], 1, 0);
             test_fixture(fixtures[i], 0, 0);
             if (strstr(fixtures[i], "mlx4")) test_fixture(fixtures[i], 0, 1);

@@ -1,6 +1,6 @@
 /* The backend interface: a table of functions that owns buffers and computes ops on
  * them. A model is loaded onto one backend (`cpu`: src/backend/cpu/; `ref`: the scalar
- * reference kernels, src/backend/ref/; later `cuda`) and its code only holds handles
+ * reference kernels, src/backend/ref/; `cuda`: src/backend/cuda/) and its code only holds handles
  * (pointers into backend memory it never dereferences) and calls the op_* wrappers
  * below. Weights are bound from the checkpoint and handed to the backend once
  * (weight_prepare); activations live in one arena per context, KV blocks in one pool,
@@ -235,14 +235,21 @@ struct backend_ops {
      * id (equal ids in slot order), each term y * w. */
     void (*moe_combine)(struct backend *be, float *out, const float *y, const int32_t *ids, const float *wsel, int n,
                         int k, int width);
+
+    /* ---- loading, continued ---- */
+    /* The first failure of weight_prepare so far (a format the backend has no kernel for, a
+     * device out of memory; the message set when it happened), else GERBIL_OK. NULL: the
+     * backend's weight_prepare never fails. The loader asks after each tensor. */
+    gerbil_status (*weight_status)(struct backend *be);
 };
 
 struct backend {
     const struct backend_ops *ops;
 };
 
-/* A backend by name: "cpu", "ref" (NULL or "": the default, cpu). n_threads <= 0: the
- * number of online CPUs. GERBIL_ERR_UNSUPPORTED for an unknown name. */
+/* A backend by name: "cpu", "ref", "cuda" or "cuda:N" (GPU N; builds with GERBIL_CUDA)
+ * (NULL or "": the default, cpu). n_threads <= 0: the number of online CPUs.
+ * GERBIL_ERR_UNSUPPORTED for an unknown name or a GPU that is not there. */
 gerbil_status backend_new(const char *name, int n_threads, struct backend **out);
 static inline void backend_free(struct backend *be) { if (be) be->ops->destroy(be); }
 

@@ -196,12 +196,13 @@ static gerbil_status check_aligned(const struct gb_tensor *t, const char *name) 
 /* Rearrange t's data, the n matrices w[0 .. n) (a stack's, or one), each on its own, for
  * the kernels where they want it and the data is the loader's own copy (not the file's
  * pages). Once per tensor: a tied embedding binds it twice. */
-static void pack(const struct weight_source *s, const struct gb_tensor *t, struct gb_weight *w, int64_t n) {
+static gerbil_status pack(const struct weight_source *s, const struct gb_tensor *t, struct gb_weight *w, int64_t n) {
     struct gb_tensor *mt = (struct gb_tensor *)(uintptr_t)t; /* the checkpoint's own table */
     for (int64_t i = 0; i < n; i++) w[i].packed = mt->packed;
-    if (!s->be) return;
+    if (!s->be) return GERBIL_OK;
     s->be->ops->weight_prepare(s->be, w, n, mt->in_memory && !mt->packed);
     mt->packed = w[0].packed;
+    return s->be->ops->weight_status ? s->be->ops->weight_status(s->be) : GERBIL_OK;
 }
 
 /* MLX: name.weight holds u32 words, name.scales / name.biases the per-group affine. */
@@ -248,8 +249,7 @@ static gerbil_status mlx_matrix(const struct weight_source *s, const char *name,
         .sb_type = sc->type, .scales = sc->data, .biases = bi->data, .name = t->name,
     };
     split_stack(&all, n_mat, rows, out);
-    pack(s, t, out, n_mat ? n_mat : 1);
-    return GERBIL_OK;
+    return pack(s, t, out, n_mat ? n_mat : 1);
 }
 
 static gerbil_status matrices(const struct weight_source *s, const char *name, int64_t n_mat, int64_t rows,
@@ -276,8 +276,7 @@ static gerbil_status matrices(const struct weight_source *s, const char *name, i
         .data = t->data, .row_bytes = type_row_size(t->type, cols), .name = t->name,
     };
     split_stack(&all, n_mat, rows, out);
-    pack(s, t, out, n_mat ? n_mat : 1);
-    return GERBIL_OK;
+    return pack(s, t, out, n_mat ? n_mat : 1);
 }
 
 gerbil_status wsrc_matrix(const struct weight_source *s, const char *name, int64_t rows, int64_t cols,

@@ -137,6 +137,17 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
         o->backend = v;
         return 1;
     }
+    if (!strcmp(a, "--device")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        const char *n = !strncmp(v, "cuda:", 5) ? v + 5 : "";
+        int ok = !strcmp(v, "cpu") || !strcmp(v, "cuda") || (*n && strspn(n, "0123456789") == strlen(n) && strlen(n) < 5);
+        if (!ok) {
+            fprintf(stderr, "gerbil: --device: expected cpu, cuda or cuda:N, got \"%s\"\n", v);
+            return -1;
+        }
+        o->backend = v;
+        return 1;
+    }
     if (!strcmp(a, "--kv-type")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "f16")) o->kv_type = GERBIL_KV_F16;
@@ -163,7 +174,9 @@ void cli_print_model_opts_help(FILE *f) {
             "      --mmap           read weights in place from the file mapping instead of\n"
             "                       copying them into memory (less memory, slower decode)\n"
             "      --backend B      where the model runs: cpu (default) or ref (every op through its\n"
-            "                       scalar reference kernel: slow, for checking numerics)\n");
+            "                       scalar reference kernel: slow, for checking numerics)\n"
+            "      --device D       cpu, cuda or cuda:N (GPU N); default: GPU 0 when this build has\n"
+            "                       CUDA and the machine a GPU, else cpu (gerbil info lists them)\n");
 }
 
 /* A progress line for loads of big files: redrawn in place on a terminal, a line per
@@ -282,6 +295,7 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     mp.n_threads = o->n_threads;
     mp.use_mmap = o->use_mmap;
     mp.backend = o->backend;
+    if (!mp.backend && gerbil_gpu_count() > 0) mp.backend = "cuda"; /* --device's default: the GPU */
     mp.progress = load_progress;
     gerbil_status st = gerbil_model_load(o->model, &mp, m);
     if (st != GERBIL_OK) {

@@ -8,7 +8,8 @@
 static void help(FILE *f) {
     fprintf(f, "usage: gerbil info [--model] M [--json]\n\n"
                "Prints the architecture, parameter count, format, weight dtypes and the memory needed,\n"
-               "from the model's metadata (the weights are mapped, not read: instant, little memory).\n"
+               "from the model's metadata (the weights are mapped, not read: instant, little memory),\n"
+               "the backend the model loaded on and the devices --device can choose.\n"
                "M is a folder, a .gguf file or a Hugging Face repo id (downloaded when not cached).\n"
                "      --json           one JSON object: the same fields, named as the lines are\n");
     cli_print_model_opts_help(f);
@@ -69,6 +70,16 @@ int cmd_info(int argc, char **argv) {
     if (json) print_json(o.ref, o.path, buf);
     else if (strcmp(o.ref, o.path)) printf("model:          %s\npath:           %s\n%s", o.ref, o.path, buf);
     else printf("model:          %s\n%s", o.ref, buf);
+    if (!json) printf("backend:        %s\n", gerbil_model_backend(m));
+    /* the devices --device can pick */
+    if (!json) printf("devices:        cpu\n");
+    for (int i = 0; !json && i < gerbil_gpu_count(); i++) {
+        char name[256];
+        size_t total = 0, avail = 0;
+        if (gerbil_gpu_info(i, name, sizeof name, &total, &avail) == GERBIL_OK)
+            printf("                cuda:%d  %s, %.1f GiB (%.1f GiB free)\n", i, name, total / 1073741824.0,
+                   avail / 1073741824.0);
+    }
     gerbil_model_free(m);
     return 0;
 }
