@@ -206,12 +206,17 @@ void gerbil_sampler_free(gerbil_sampler_t s);
 int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history,
                               int n_history);
 
+/* Set the logits of tokens whose bit is clear in mask (bit i of mask[i / 64]) to -infinity,
+ * so sampling picks among the allowed ones; returns how many are allowed. */
+int gerbil_sampler_apply_mask(float *logits, int n_vocab, const uint64_t *mask);
+
 /* ---- generation ---- */
 typedef enum gerbil_stop_reason {
     GERBIL_STOP_MAX_TOKENS = 0,
     GERBIL_STOP_EOS,
     GERBIL_STOP_CONTEXT,    /* the context window filled up */
     GERBIL_STOP_CALLBACK,   /* on_token returned non-zero */
+    GERBIL_STOP_GRAMMAR,    /* the grammar constraint allows no token at all (a dead end) */
 } gerbil_stop_reason;
 
 typedef struct gerbil_generate_params {
@@ -220,6 +225,11 @@ typedef struct gerbil_generate_params {
     /* Called with each generated id; return non-zero to stop. May be NULL. */
     int (*on_token)(void *user, int32_t id);
     void *user;
+    /* A grammar constraint for this sequence (gerbil_grammar_*; NULL: none). Each step's
+     * logits are masked to the tokens it allows before sampling (EOS only where it may end;
+     * its EOS ids end generation); a token that is the only one allowed is taken without
+     * sampling, and runs of such forced tokens go through one forward. */
+    struct gerbil_grammar_state *grammar;
 } gerbil_generate_params;
 
 typedef struct gerbil_generate_result {
@@ -379,6 +389,16 @@ size_t gerbil_grammar_forced_bytes(gerbil_grammar_state_t s, char *buf, size_t c
 int32_t gerbil_grammar_forced_token(gerbil_grammar_state_t s, uint64_t *scratch);
 /* Sizes, for diagnostics. */
 void gerbil_grammar_stats(gerbil_grammar_t g, int *n_states, int *n_nodes, int *n_rules);
+
+/* The reference engine's generateObject, with the constraint instead of retries: generate
+ * after prompt under schema_json (a JSON Schema; NULL: any JSON object) and return the JSON
+ * text (*json malloc'd), which parses and matches the schema. The vocabulary is the model's
+ * (gerbil_grammar_vocab_new with its tokenizer and EOS ids). Errors: the schema's compile
+ * errors; GERBIL_ERR_CONTEXT when max_tokens or the context ran out before the object ended. */
+gerbil_status gerbil_generate_object(gerbil_session_t s, gerbil_sampler_t sampler, gerbil_tokenizer_t tok,
+                                     gerbil_grammar_vocab_t vocab, const int32_t *prompt, int n_prompt,
+                                     const char *schema_json, const gerbil_generate_params *p, char **json,
+                                     gerbil_generate_result *res);
 
 /* ---- hub: models by name (src/hub/) ----
  * A model reference is a local folder, a .gguf file, or a Hugging Face repo id

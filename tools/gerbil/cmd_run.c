@@ -26,7 +26,11 @@ static void help(FILE *f) {
                "      --repeat-penalty R    CTRL-style repetition penalty (default 1.0 = off)\n"
                "      --seed S              sampling seed (default 0); same seed, same tokens\n"
                "      --ignore-eos          do not stop at end-of-sequence ids\n"
-               "      --json                print one object: {\"text\", \"token_ids\", \"timings\", ...}\n");
+               "      --json                print one object: {\"text\", \"token_ids\", \"timings\", ...}\n"
+               "      --json-schema FILE    constrain the output to JSON matching this JSON Schema\n"
+               "      --grammar FILE        constrain the output to a llama.cpp GBNF grammar\n"
+               "      --regex RE            constrain the output to match RE (ECMAScript syntax)\n"
+               "      --json-object         constrain the output to any JSON object (--json is the output format)\n");
     cli_print_model_opts_help(f);
 }
 
@@ -52,12 +56,47 @@ static void print_json(const struct textgen *tg, const int32_t *prompt, int n_pr
            r->n_prompt, r->n_generated, textgen_stop_name(o), r->prompt_s * 1e3, pp, r->gen_s * 1e3, tgs);
 }
 
+/* --json-schema / --grammar / --regex / --json-object: a constraint on the generation */
+struct run_constraint {
+    gerbil_grammar_vocab_t vocab;
+    gerbil_grammar_t g;
+    gerbil_grammar_state_t s;
+};
+
+static int run_constraint_open(struct run_constraint *rc, struct textgen *tg, const char *flag, const char *value) {
+    if (!tg->tok) { fprintf(stderr, "gerbil run: %s needs the model's tokenizer\n", flag); return 1; }
+    gerbil_grammar_kind kind;
+    char *src = NULL;
+    size_t len = 0;
+    if (cli_grammar_source(flag, value, &kind, &src, &len)) return 1;
+    int32_t eos[16];
+    int n_eos = gerbil_model_eos_ids(tg->model, eos, 16);
+    gerbil_status st = gerbil_grammar_vocab_new(tg->tok, gerbil_model_n_vocab(tg->model), eos, n_eos, &rc->vocab);
+    /* at most one whitespace byte between JSON tokens: a small model at temperature 1 would
+     * otherwise spend its tokens on whitespace */
+    gerbil_grammar_params gp = gerbil_grammar_default_params();
+    gp.max_whitespace = 1;
+    if (st == GERBIL_OK) st = gerbil_grammar_compile(rc->vocab, kind, src, len, &gp, &rc->g);
+    if (st == GERBIL_OK) st = gerbil_grammar_state_new(rc->g, &rc->s);
+    free(src);
+    if (st != GERBIL_OK) return cli_fail(flag + 2, st);
+    tg->gen.grammar = rc->s;
+    return 0;
+}
+
+static void run_constraint_close(struct run_constraint *rc) {
+    gerbil_grammar_state_free(rc->s);
+    gerbil_grammar_free(rc->g);
+    gerbil_grammar_vocab_free(rc->vocab);
+}
 
 int cmd_run(int argc, char **argv) {
     struct cli_model_opts o = {.default_model = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
     const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL;
     int json = 0, raw = 0;
+    const char *cflag = NULL, *cval = "";
+    struct run_constraint rcon = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -66,6 +105,12 @@ int cmd_run(int argc, char **argv) {
         if (r) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar") || !strcmp(a, "--regex") || !strcmp(a, "--json-object")) {
+            if (cflag) { fprintf(stderr, "gerbil run: give one of --json-schema, --grammar, --regex, --json-object\n"); return 2; }
+            cflag = a;
+            if (strcmp(a, "--json-object") && !(cval = cli_value(argc, argv, &i))) return 2;
+            continue;
+        }
         if (!strcmp(a, "--raw")) { raw = 1; continue; }
         if (!strcmp(a, "--ids") || !strcmp(a, "--system")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -90,7 +135,8 @@ int cmd_run(int argc, char **argv) {
     if (ids_arg && cli_parse_ids(ids_arg, &prompt, &n_prompt)) return 2;
     if (cli_open(&o, &tg.model, &tg.session)) { free(prompt); return 1; }
     /* --ids prints ids: the tokenizer is only needed for a text prompt or --json's "text" */
-    if ((text || json) && textgen_load_text(&tg, o.model)) goto done;
+    if ((text || json || cflag) && textgen_load_text(&tg, o.model)) goto done;
+    if (cflag && run_constraint_open(&rcon, &tg, cflag, cval)) goto done;
     if (text) {
         if (!tg.tok) {
             fprintf(stderr, "gerbil run: %s has no tokenizer (%s), so text prompts cannot be encoded; "
@@ -132,6 +178,7 @@ int cmd_run(int argc, char **argv) {
 oom:
     fprintf(stderr, "gerbil run: out of memory\n");
 done:
+    run_constraint_close(&rcon);
     textgen_out_free(&out);
     free(messages);
     free(stdin_text);
