@@ -1,9 +1,10 @@
 // node validate.js SCHEMA.json OUT1.json [OUT2.json ...]
 // Each OUT file holds one generated text: it must parse as JSON and validate against the
-// schema (ajv, with ajv-formats). Prints one line per file; exit 1 if any fails.
+// schema (ajv in draft 2020-12 mode, with ajv-formats). Prints one line per file; exit 1 if any fails.
 "use strict";
 const fs = require("fs");
-const Ajv = require("ajv");
+// the schemas in tests/grammar are draft 2020-12 (prefixItems, $defs)
+const Ajv = require("ajv/dist/2020");
 const addFormats = require("ajv-formats");
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv);
