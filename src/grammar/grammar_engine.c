@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_DEPTH = 4096 };
+enum { MAX_DEPTH = 4096, TRUNC_K = 3 };
 
 /* ---- the vocabulary: token bytes and their trie ---- */
 struct tnode {
@@ -168,9 +168,15 @@ struct gstate {
     int32_t off, n;     /* node ids in g->lists */
     uint32_t hash;
     uint8_t accept;
+    uint8_t unk;        /* a truncated stack popped into the unknown rest (node 1) */
     gbyteset first;     /* bytes some stack can take next */
-    int32_t *trans;     /* [256] lazily: -2 unknown, -1 dead, else state */
     uint64_t *mask;     /* cached mask, or NULL */
+    int32_t trunc;      /* the state with every stack cut to TRUNC_K frames; -2 unknown */
+    /* for a truncated state: the tokens it accepts without reaching the unknown rest
+     * (acc), and the trie nodes below which the answer depends on that rest (roots) */
+    uint64_t *acc;
+    int32_t *roots;
+    int n_roots;
 };
 
 struct gerbil_grammar {
@@ -191,7 +197,9 @@ struct gerbil_grammar {
     size_t n_lists, cap_lists;
     int32_t *work, *out;
     int cap_work, n_work, cap_out, n_out;
-    int accept_flag;
+    int accept_flag, unk_flag;
+    int32_t **tr;       /* per state: [256] lazily; -2 unknown, -1 dead, else the next state */
+    int cap_tr;
     int start;
     int words;
     size_t cached_bytes, cache_budget;
@@ -215,7 +223,7 @@ static int node_rehash(gerbil_grammar_t g) {
     int32_t *s = malloc((size_t)m * sizeof *s);
     if (!s) return -1;
     memset(s, 0xff, (size_t)m * sizeof *s);
-    for (int i = 1; i < g->n_nodes; i++) {
+    for (int i = 2; i < g->n_nodes; i++) {
         uint32_t h = hash2((uint32_t)g->nodes[i].pos, (uint32_t)g->nodes[i].parent) & (m - 1);
         while (s[h] >= 0) h = (h + 1) & (m - 1);
         s[h] = i;
@@ -294,6 +302,7 @@ static void closure(gerbil_grammar_t g) {
         if (g->mark[x] == g->epoch) continue;
         g->mark[x] = g->epoch;
         if (x == 0) { g->accept_flag = 1; continue; }
+        if (x == 1) { g->unk_flag = 1; continue; }
         int32_t pos = g->nodes[x].pos, parent = g->nodes[x].parent;
         gelem e = el[pos];
         if (e.kind == GE_BYTES) { out_push(g, x); continue; }
@@ -333,15 +342,19 @@ static int state_rehash(gerbil_grammar_t g) {
 /* Intern the state out[0..n_out) + accept_flag; -1 if dead. */
 static int32_t state_get(gerbil_grammar_t g) {
     if (g->oom) return -1;
-    if (g->n_out == 0 && !g->accept_flag) return -1;
+    if (g->n_out == 0 && !g->accept_flag && !g->unk_flag) return -1;
     qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32);
-    uint32_t h = 0x811c9dc5u ^ (uint32_t)g->accept_flag;
+    int m = 0;
+    for (int i = 0; i < g->n_out; i++)
+        if (!m || g->out[m - 1] != g->out[i]) g->out[m++] = g->out[i];
+    g->n_out = m;
+    uint32_t h = 0x811c9dc5u ^ (uint32_t)g->accept_flag ^ ((uint32_t)g->unk_flag << 1);
     for (int i = 0; i < g->n_out; i++) h = hash2(h, (uint32_t)g->out[i]);
     if ((uint32_t)g->n_st * 2 >= g->sslot_mask && state_rehash(g)) { g->oom = 1; return -1; }
     uint32_t k = h & g->sslot_mask;
     for (int32_t i; (i = g->sslots[k]) >= 0; k = (k + 1) & g->sslot_mask) {
         const struct gstate *s = &g->st[i];
-        if (s->hash == h && s->n == g->n_out && s->accept == g->accept_flag &&
+        if (s->hash == h && s->n == g->n_out && s->accept == g->accept_flag && s->unk == g->unk_flag &&
             !memcmp(g->lists + s->off, g->out, (size_t)g->n_out * sizeof *g->out))
             return i;
     }
@@ -351,6 +364,9 @@ static int32_t state_get(gerbil_grammar_t g) {
         if (!q) { g->oom = 1; return -1; }
         g->st = q;
         g->cap_st = c;
+        q = realloc(g->tr, (size_t)c * sizeof *g->tr);
+        if (!q) { g->oom = 1; return -1; }
+        g->tr = q;
     }
     if (g->n_lists + (size_t)g->n_out > g->cap_lists) {
         size_t c = g->cap_lists ? g->cap_lists * 2 : 4096;
@@ -366,6 +382,9 @@ static int32_t state_get(gerbil_grammar_t g) {
     s->n = g->n_out;
     s->hash = h;
     s->accept = (uint8_t)g->accept_flag;
+    s->unk = (uint8_t)g->unk_flag;
+    s->trunc = -2;
+    g->tr[g->n_st] = NULL;
     memcpy(g->lists + g->n_lists, g->out, (size_t)g->n_out * sizeof *g->out);
     g->n_lists += (size_t)g->n_out;
     for (int i = 0; i < g->n_out; i++) {
@@ -381,6 +400,7 @@ static void begin(gerbil_grammar_t g) {
     if (g->epoch == 0) { memset(g->mark, 0, (size_t)g->cap_mark * sizeof *g->mark); g->epoch = 1; }
     g->n_work = g->n_out = 0;
     g->accept_flag = 0;
+    g->unk_flag = 0;
 }
 
 static int32_t step_slow(gerbil_grammar_t g, int32_t s, unsigned b) {
@@ -396,39 +416,92 @@ static int32_t step_slow(gerbil_grammar_t g, int32_t s, unsigned b) {
     return state_get(g);
 }
 
-static inline int32_t step(gerbil_grammar_t g, int32_t s, unsigned b) {
-    struct gstate *S = &g->st[s];
-    if (!gbs_has(&S->first, b)) return -1;
-    if (!S->trans) {
-        S->trans = malloc(256 * sizeof *S->trans);
-        if (!S->trans) { g->oom = 1; return -1; }
-        for (int i = 0; i < 256; i++) S->trans[i] = -2;
+static int32_t step_fill(gerbil_grammar_t g, int32_t s, unsigned b) {
+    if (!g->tr[s]) {
+        int32_t *t = malloc(256 * sizeof *t);
+        if (!t) { g->oom = 1; return -1; }
+        for (int i = 0; i < 256; i++) t[i] = gbs_has(&g->st[s].first, (unsigned)i) ? -2 : -1;
+        g->tr[s] = t;
+        if (t[b] != -2) return t[b];
     }
-    int32_t t = S->trans[b];
-    if (t != -2) return t;
-    t = step_slow(g, s, b);
-    if (!g->oom) g->st[s].trans[b] = t; /* g->st may have moved */
+    int32_t t = step_slow(g, s, b);
+    if (!g->oom) g->tr[s][b] = t; /* g->tr may have moved */
     return t;
 }
 
+static inline int32_t step(gerbil_grammar_t g, int32_t s, unsigned b) {
+    const int32_t *t = g->tr[s];
+    if (t) {
+        int32_t v = t[b];
+        if (v != -2) return v;
+    }
+    return step_fill(g, s, b);
+}
+
 static void drop_masks(gerbil_grammar_t g) {
-    for (int i = 0; i < g->n_st; i++) { free(g->st[i].mask); g->st[i].mask = NULL; }
+    for (int i = 0; i < g->n_st; i++) {
+        free(g->st[i].mask);
+        free(g->st[i].acc);
+        free(g->st[i].roots);
+        g->st[i].mask = g->st[i].acc = NULL;
+        g->st[i].roots = NULL;
+        g->st[i].n_roots = 0;
+    }
     g->cached_bytes = 0;
 }
 
-/* Compute the mask of state s into bits (n words). */
-static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
+/* node x with its ancestry cut after k frames (the rest: node 1, "unknown") */
+static int32_t trunc_node(gerbil_grammar_t g, int32_t x, int k) {
+    if (x <= 1) return x;
+    if (k == 0) return 1;
+    int32_t p = trunc_node(g, g->nodes[x].parent, k - 1);
+    if (p < 0) return -1;
+    return node_get(g, g->nodes[x].pos, p);
+}
+
+/* the truncated state of s, or -1 when s has no stack deeper than TRUNC_K (nothing to share) */
+static int32_t trunc_state(gerbil_grammar_t g, int32_t s) {
+    if (g->st[s].trunc != -2) return g->st[s].trunc;
+    int deep = 0;
+    for (int i = 0; i < g->st[s].n && !deep; i++) deep = g->nodes[g->lists[g->st[s].off + i]].depth > TRUNC_K;
+    int32_t t = -1;
+    if (deep && !g->st[s].unk) {
+        begin(g);
+        for (int i = 0; i < g->st[s].n; i++) {
+            int32_t x = trunc_node(g, g->lists[g->st[s].off + i], TRUNC_K);
+            if (x < 0) { g->st[s].trunc = -1; return -1; }
+            out_push(g, x);
+        }
+        g->accept_flag = g->st[s].accept;
+        t = state_get(g);
+    }
+    g->st[s].trunc = t;
+    return t;
+}
+
+/* Walk the trie nodes [from, to) whose parent state is walk[depth(from) - 1]. For a
+ * truncated state (roots != NULL), a node reaching a state that touched the unknown rest
+ * is recorded as a root and its subtree skipped. */
+static void walk_trie(gerbil_grammar_t g, int from, int to, uint64_t *bits, int32_t **roots, int *n_roots, int *cap_roots) {
     const struct gerbil_grammar_vocab *v = g->v;
-    const size_t wb = (size_t)g->words * sizeof(uint64_t);
-    if (g->st[s].mask) { memcpy(bits, g->st[s].mask, wb); return; }
-    memset(bits, 0, wb);
-    int32_t *walk = g->walk;
-    walk[0] = s;
     const struct tnode *T = v->trie;
-    for (int i = 0; i < v->n_trie;) {
+    int32_t *walk = g->walk;
+    for (int i = from; i < to;) {
         const struct tnode *t = &T[i];
         int32_t ns = step(g, walk[t->depth - 1], t->b);
         if (ns < 0) { i += t->sub; continue; }
+        if (roots && g->st[ns].unk) {
+            if (*n_roots == *cap_roots) {
+                int c = *cap_roots ? *cap_roots * 2 : 64;
+                int32_t *q = realloc(*roots, (size_t)c * sizeof *q);
+                if (!q) { g->oom = 1; return; }
+                *roots = q;
+                *cap_roots = c;
+            }
+            (*roots)[(*n_roots)++] = i;
+            i += t->sub;
+            continue;
+        }
         walk[t->depth] = ns;
         if (t->tok >= 0)
             for (int k = 0; k < t->ntok; k++) {
@@ -436,6 +509,53 @@ static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
                 bits[id >> 6] |= 1ULL << (id & 63);
             }
         i++;
+    }
+}
+
+/* Compute the mask of state s into bits (n words). States deep in a grammar share the
+ * work through their truncated state (every stack cut to its top TRUNC_K frames, as
+ * XGrammar splits context-independent from context-dependent tokens): its walk gives the
+ * tokens accepted whatever lies below (acc) and the trie subtrees that depend on it
+ * (roots); only those subtrees are walked again from s itself. */
+static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
+    const struct gerbil_grammar_vocab *v = g->v;
+    const size_t wb = (size_t)g->words * sizeof(uint64_t);
+    if (g->st[s].mask) { memcpy(bits, g->st[s].mask, wb); return; }
+    memset(bits, 0, wb);
+    int32_t t = trunc_state(g, s);
+    if (t >= 0) {
+        if (!g->st[t].acc) {
+            uint64_t *acc = calloc(1, wb);
+            int32_t *roots = NULL;
+            int n_roots = 0, cap_roots = 0;
+            if (!acc) { g->oom = 1; return; }
+            g->walk[0] = t;
+            walk_trie(g, 0, v->n_trie, acc, &roots, &n_roots, &cap_roots);
+            g->st[t].acc = acc;
+            g->st[t].roots = roots;
+            g->st[t].n_roots = n_roots;
+            g->cached_bytes += wb + (size_t)n_roots * 4;
+        }
+        memcpy(bits, g->st[t].acc, wb);
+        const int32_t *roots = g->st[t].roots;
+        int n_roots = g->st[t].n_roots;
+        for (int r = 0; r < n_roots && !g->oom; r++) {
+            int i = roots[r];
+            const struct tnode *tn = &v->trie[i];
+            int d = tn->depth;
+            /* the state of s after the d - 1 bytes above node i (any token below i has them) */
+            int j = i;
+            while (v->trie[j].tok < 0) j++;
+            const char *pre = v->bytes + v->off[v->sorted[v->trie[j].tok]];
+            int32_t cur = s;
+            g->walk[0] = s;
+            for (int k = 0; k < d - 1 && cur >= 0; k++) { cur = step(g, cur, (unsigned char)pre[k]); g->walk[k + 1] = cur; }
+            if (cur < 0) continue;
+            walk_trie(g, i, i + tn->sub, bits, NULL, NULL, NULL);
+        }
+    } else {
+        g->walk[0] = s;
+        walk_trie(g, 0, v->n_trie, bits, NULL, NULL, NULL);
     }
     if (g->st[s].accept)
         for (int id = 0; id < v->n_vocab; id++)
@@ -457,7 +577,8 @@ gerbil_grammar_params gerbil_grammar_default_params(void) {
 void gerbil_grammar_free(gerbil_grammar_t g) {
     if (!g) return;
     drop_masks(g);
-    for (int i = 0; i < g->n_st; i++) free(g->st[i].trans);
+    for (int i = 0; i < g->n_st; i++) free(g->tr[i]);
+    free(g->tr);
     free(g->st);
     free(g->sslots);
     free(g->lists);
@@ -522,8 +643,9 @@ gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_ki
     g->mark = calloc((size_t)g->cap_mark, sizeof *g->mark);
     g->walk = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk);
     if (!g->nodes || !g->mark || !g->walk || node_rehash(g)) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory"); }
-    g->nodes[0] = (struct gnode){-1, -1, 0};
-    g->n_nodes = 1;
+    g->nodes[0] = (struct gnode){-1, -1, 0}; /* the empty stack: the grammar is complete */
+    g->nodes[1] = (struct gnode){-2, -1, 0}; /* the unknown rest of a truncated stack */
+    g->n_nodes = 2;
     begin(g);
     const grule *root = &g->ir.rules[g->ir.root];
     for (int a = 0; a < root->n_alts; a++) {
