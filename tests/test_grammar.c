@@ -409,10 +409,11 @@ static void test_schema_errors(void) {
         {"{\"type\":\"string\",\"not\":{\"const\":\"a\"}}", "\"not\""},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems"},
         {"{\"type\":\"number\",\"multipleOf\":0.5}", "multipleOf"},
-        {"{\"type\":\"string\",\"format\":\"color\"}", "color"},
+        {"{\"type\":\"string\",\"format\":\"color\",\"maxLength\":3}", "color"},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround"},
         {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreference"},
         {"{\"$ref\":\"http://example.com/s.json\"}", "$ref"},
+        {"{\"type\":\"object\",\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "oneOf"},
         {"{\"$ref\":\"#/$defs/missing\"}", "points nowhere"},
         {"{\"type\":\"object\",\"minProperties\":2}", "minProperties"},
         {"{\"type\":", "not valid JSON"},
@@ -426,7 +427,8 @@ static void test_schema_errors(void) {
     }
     /* formats against hand-picked strings */
     static const struct { const char *fmt, *s; int ok; } f[] = {
-        {"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", 0}, {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1},
+        {"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", 0}, {"date", "\"2023-02-29\"", 0},
+        {"date", "\"2000-02-29\"", 1}, {"date", "\"1900-02-29\"", 0}, {"date", "\"2020-04-31\"", 0}, {"date", "\"2020-12-31\"", 1}, {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1},
         {"uuid", "\"123e4567e89b12d3a456426614174000\"", 0}, {"ipv4", "\"192.168.0.255\"", 1}, {"ipv4", "\"256.1.1.1\"", 0},
         {"ipv6", "\"::1\"", 1}, {"ipv6", "\"2001:db8::ff00:42:8329\"", 1}, {"ipv6", "\"1::2::3\"", 0},
         {"email", "\"a.b@example.com\"", 1}, {"email", "\"a@@b\"", 0}, {"date-time", "\"2024-01-02T03:04:05.5Z\"", 1},
@@ -440,6 +442,15 @@ static void test_schema_errors(void) {
         CHECKF(g && doc_ok(g, f[i].s) == f[i].ok, "format %s on %s", f[i].fmt, f[i].s);
         gerbil_grammar_free(g);
     }
+    /* an unknown format is an annotation; oneOf with disjoint branches is anyOf */
+    gerbil_grammar_t u = compile(GERBIL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"color\"}", 1);
+    CHECK(u && doc_ok(u, "\"red\""));
+    gerbil_grammar_free(u);
+    u = compile(GERBIL_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},"
+                "{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},"
+                "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[2,3]}},\"required\":[\"k\"]}]}", 1);
+    CHECK(u && doc_ok(u, "\"a\"") && doc_ok(u, "5") && doc_ok(u, "{\"k\":3}") && !doc_ok(u, "{\"k\":4}"));
+    gerbil_grammar_free(u);
     /* pattern: unanchored means "contains"; escapes in JSON strings */
     gerbil_grammar_t g = compile(GERBIL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"ab+\"}", 1);
     CHECK(g && doc_ok(g, "\"xxabbby\"") && doc_ok(g, "\"ab\"") && !doc_ok(g, "\"a b\"") && doc_ok(g, "\"\\\"ab\""));

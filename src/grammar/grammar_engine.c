@@ -29,7 +29,65 @@ struct gerbil_grammar_vocab {
     int32_t *sorted;      /* token ids in trie order */
     struct tnode *trie;
     int n_trie, max_depth;
+    struct top_cache *tops;
 };
+
+/* Walks of truncated states shared by every grammar compiled against this vocabulary,
+ * keyed by the structure of what they can reach (grammar-independent): the string body,
+ * numbers, keywords ... are walked once per process, not once per grammar. */
+struct top_ent {
+    uint64_t k1, k2;      /* k1 == 0: empty */
+    uint64_t *acc;
+    int32_t *roots;
+    int n_roots;
+};
+struct top_cache {
+    pthread_mutex_t mu;
+    struct top_ent *e;
+    size_t mask, n, bytes, budget;
+};
+
+static struct top_ent *top_find(struct top_cache *c, uint64_t k1, uint64_t k2) {
+    if (!c->e) return NULL;
+    for (size_t h = k1 & c->mask;; h = (h + 1) & c->mask) {
+        if (!c->e[h].k1) return NULL;
+        if (c->e[h].k1 == k1 && c->e[h].k2 == k2) return &c->e[h];
+    }
+}
+
+/* takes ownership of acc/roots when it returns 1 */
+static int top_put(struct top_cache *c, uint64_t k1, uint64_t k2, uint64_t *acc, int32_t *roots, int n_roots, size_t bytes) {
+    if (c->bytes + bytes > c->budget) return 0;
+    if (!c->e || (c->n + 1) * 2 > c->mask + 1) {
+        size_t m = c->e ? (c->mask + 1) * 2 : 1024;
+        struct top_ent *e = calloc(m, sizeof *e);
+        if (!e) return 0;
+        for (size_t i = 0; c->e && i <= c->mask; i++) {
+            if (!c->e[i].k1) continue;
+            size_t h = c->e[i].k1 & (m - 1);
+            while (e[h].k1) h = (h + 1) & (m - 1);
+            e[h] = c->e[i];
+        }
+        free(c->e);
+        c->e = e;
+        c->mask = m - 1;
+    }
+    size_t h = k1 & c->mask;
+    while (c->e[h].k1) h = (h + 1) & c->mask;
+    c->e[h] = (struct top_ent){k1, k2, acc, roots, n_roots};
+    c->n++;
+    c->bytes += bytes;
+    return 1;
+}
+
+static void top_free(struct top_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; c->e && i <= c->mask; i++)
+        if (c->e[i].k1) { free(c->e[i].acc); free(c->e[i].roots); }
+    free(c->e);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
 
 static int cmp_tok_bytes_ctx_sort(const struct gerbil_grammar_vocab *v, int32_t a, int32_t b) {
     size_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b];
@@ -60,6 +118,7 @@ void gerbil_grammar_vocab_free(gerbil_grammar_vocab_t v) {
     free(v->kind);
     free(v->sorted);
     free(v->trie);
+    top_free(v->tops);
     free(v);
 }
 
@@ -150,6 +209,10 @@ gerbil_status gerbil_grammar_vocab_new(gerbil_tokenizer_t tok, int n_vocab, cons
     }
     while (plen > 0) { plen--; v->trie[path[plen]].sub = nn - path[plen]; }
     v->n_trie = nn;
+    v->tops = calloc(1, sizeof *v->tops);
+    if (!v->tops) goto oom;
+    pthread_mutex_init(&v->tops->mu, NULL);
+    v->tops->budget = (size_t)512 << 20;
     *out = v;
     return GERBIL_OK;
 oom:
@@ -177,6 +240,7 @@ struct gstate {
     uint64_t *acc;
     int32_t *roots;
     int n_roots;
+    uint8_t shared;     /* acc/roots belong to the vocabulary's cache */
 };
 
 struct gerbil_grammar {
@@ -205,6 +269,7 @@ struct gerbil_grammar {
     size_t cached_bytes, cache_budget;
     int32_t *walk;      /* [max_depth + 1] */
     int oom, overflow;
+    int32_t *rnum, *rq;  /* structure hashing: rule numbers (-1: unseen), queue */
 };
 
 struct gerbil_grammar_state {
@@ -441,8 +506,11 @@ static inline int32_t step(gerbil_grammar_t g, int32_t s, unsigned b) {
 static void drop_masks(gerbil_grammar_t g) {
     for (int i = 0; i < g->n_st; i++) {
         free(g->st[i].mask);
-        free(g->st[i].acc);
-        free(g->st[i].roots);
+        if (!g->st[i].shared) {
+            free(g->st[i].acc);
+            free(g->st[i].roots);
+        }
+        g->st[i].shared = 0;
         g->st[i].mask = g->st[i].acc = NULL;
         g->st[i].roots = NULL;
         g->st[i].n_roots = 0;
@@ -477,6 +545,77 @@ static int32_t trunc_state(gerbil_grammar_t g, int32_t s) {
     }
     g->st[s].trunc = t;
     return t;
+}
+
+/* ---- the structure a truncated state can reach, hashed (grammar-independent) ---- */
+struct h2 { uint64_t a, b; };
+static inline void hmix(struct h2 *h, uint64_t x) {
+    h->a = (h->a ^ x) * 0x100000001b3ULL;
+    h->a ^= h->a >> 29;
+    h->b = (h->b + x + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
+    h->b ^= h->b >> 31;
+}
+
+/* elements from pos to the end of its alternative; rules numbered on first sight */
+static int hash_from(gerbil_grammar_t g, struct h2 *h, int32_t pos, int *nq, long *budget) {
+    for (;; pos++) {
+        gelem e = g->ir.el[pos];
+        if (--*budget < 0) return -1;
+        if (e.kind == GE_END) { hmix(h, 0xE0D); return 0; }
+        if (e.kind == GE_BYTES) {
+            const gbyteset *bs = &g->ir.sets[e.arg];
+            hmix(h, 0xB1);
+            for (int w = 0; w < 4; w++) hmix(h, bs->w[w]);
+        } else {
+            if (g->rnum[e.arg] < 0) { g->rnum[e.arg] = *nq; g->rq[(*nq)++] = (int32_t)e.arg; }
+            hmix(h, 0x7E);
+            hmix(h, (uint64_t)g->rnum[e.arg]);
+        }
+    }
+}
+
+static int hash_node(gerbil_grammar_t g, int32_t x, struct h2 *out) {
+    struct h2 h = {0xcbf29ce484222325ULL, 0x6a09e667f3bcc908ULL};
+    int nq = 0, rc = 0;
+    long budget = 20000;
+    for (; x > 1 && rc == 0; x = g->nodes[x].parent) rc = hash_from(g, &h, g->nodes[x].pos, &nq, &budget);
+    hmix(&h, x == 0 ? 0xACCE : 0x0BAD);
+    for (int i = 0; i < nq && rc == 0; i++) {
+        const grule *r = &g->ir.rules[g->rq[i]];
+        hmix(&h, 0xA17 + (uint64_t)r->n_alts);
+        for (int a = 0; a < r->n_alts && rc == 0; a++) rc = hash_from(g, &h, r->alts[a], &nq, &budget);
+    }
+    for (int i = 0; i < nq; i++) g->rnum[g->rq[i]] = -1;
+    *out = h;
+    return rc;
+}
+
+static int cmp_h2(const void *x, const void *y) {
+    const struct h2 *a = x, *b = y;
+    if (a->a != b->a) return a->a < b->a ? -1 : 1;
+    return (a->b > b->b) - (a->b < b->b);
+}
+
+/* the key of truncated state t; 0 when too big to hash */
+static int state_key(gerbil_grammar_t g, int32_t t, uint64_t *k1, uint64_t *k2) {
+    int n = g->st[t].n;
+    if (n > 256) return 0;
+    if (!g->rnum) {
+        g->rnum = malloc((size_t)g->ir.n_rules * sizeof *g->rnum);
+        g->rq = malloc((size_t)g->ir.n_rules * sizeof *g->rq);
+        if (!g->rnum || !g->rq) return 0;
+        for (int i = 0; i < g->ir.n_rules; i++) g->rnum[i] = -1;
+    }
+    struct h2 hs[256];
+    for (int i = 0; i < n; i++)
+        if (hash_node(g, g->lists[g->st[t].off + i], &hs[i])) return 0;
+    qsort(hs, (size_t)n, sizeof *hs, cmp_h2);
+    struct h2 h = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL};
+    hmix(&h, g->st[t].accept);
+    for (int i = 0; i < n; i++) { hmix(&h, hs[i].a); hmix(&h, hs[i].b); }
+    *k1 = h.a | 1;
+    *k2 = h.b;
+    return 1;
 }
 
 /* Walk the trie nodes [from, to) whose parent state is walk[depth(from) - 1]. For a
@@ -525,16 +664,39 @@ static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
     int32_t t = trunc_state(g, s);
     if (t >= 0) {
         if (!g->st[t].acc) {
-            uint64_t *acc = calloc(1, wb);
-            int32_t *roots = NULL;
-            int n_roots = 0, cap_roots = 0;
-            if (!acc) { g->oom = 1; return; }
-            g->walk[0] = t;
-            walk_trie(g, 0, v->n_trie, acc, &roots, &n_roots, &cap_roots);
-            g->st[t].acc = acc;
-            g->st[t].roots = roots;
-            g->st[t].n_roots = n_roots;
-            g->cached_bytes += wb + (size_t)n_roots * 4;
+            uint64_t k1 = 0, k2 = 0;
+            struct top_cache *tc = v->tops;
+            int keyed = state_key(g, t, &k1, &k2);
+            if (keyed) {
+                pthread_mutex_lock(&tc->mu);
+                struct top_ent *e = top_find(tc, k1, k2);
+                if (e) {
+                    g->st[t].acc = e->acc;
+                    g->st[t].roots = e->roots;
+                    g->st[t].n_roots = e->n_roots;
+                    g->st[t].shared = 1;
+                }
+                pthread_mutex_unlock(&tc->mu);
+            }
+            if (!g->st[t].acc) {
+                uint64_t *acc = calloc(1, wb);
+                int32_t *roots = NULL;
+                int n_roots = 0, cap_roots = 0;
+                if (!acc) { g->oom = 1; return; }
+                g->walk[0] = t;
+                walk_trie(g, 0, v->n_trie, acc, &roots, &n_roots, &cap_roots);
+                g->st[t].acc = acc;
+                g->st[t].roots = roots;
+                g->st[t].n_roots = n_roots;
+                int put = 0;
+                if (keyed && !g->oom) {
+                    pthread_mutex_lock(&tc->mu);
+                    if (!top_find(tc, k1, k2)) put = top_put(tc, k1, k2, acc, roots, n_roots, wb + (size_t)n_roots * 4);
+                    pthread_mutex_unlock(&tc->mu);
+                }
+                if (put) g->st[t].shared = 1;
+                else g->cached_bytes += wb + (size_t)n_roots * 4;
+            }
         }
         memcpy(bits, g->st[t].acc, wb);
         const int32_t *roots = g->st[t].roots;
@@ -588,6 +750,8 @@ void gerbil_grammar_free(gerbil_grammar_t g) {
     free(g->work);
     free(g->out);
     free(g->walk);
+    free(g->rnum);
+    free(g->rq);
     gir_free(&g->ir);
     pthread_mutex_destroy(&g->mu);
     free(g);

@@ -333,11 +333,14 @@ static int value_lit(struct sc *c, const cJSON *v) {
 }
 
 /* ---- strings ---- */
+/* days per month, 29 February only in leap years (as ajv-formats checks) */
+#define DATE_RE "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))" \
+                "|([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29"
 static const char *format_regex(const char *f) {
     static const char *const tab[][2] = {
-        {"date", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"},
+        {"date", DATE_RE},
         {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
-        {"date-time", "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+        {"date-time", "(" DATE_RE ")T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
                       "(\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
         {"ipv4", "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"},
@@ -852,7 +855,9 @@ static int compile_string(struct sc *c, const cJSON *s) {
     }
     if (cJSON_IsString(fmt)) {
         const char *re = format_regex(fmt->valuestring);
-        if (!re) return serr(c, GERBIL_ERR_UNSUPPORTED, "format \"%s\"", fmt->valuestring);
+        /* a format no validator knows is an annotation (JSON Schema 2019-09+): any string */
+        if (!re && !has_len) return c->r_string;
+        if (!re) return serr(c, GERBIL_ERR_UNSUPPORTED, "format \"%s\" with minLength/maxLength", fmt->valuestring);
         if (has_len) return serr(c, GERBIL_ERR_UNSUPPORTED, "%s", "format together with minLength/maxLength");
         return regex_string(c, re, 0);
     }
@@ -951,6 +956,78 @@ static const char *const k_unsupported[] = {
     "minContains", "maxContains", "minProperties", "maxProperties", "propertyNames", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL};
 
+/* the JSON types a schema may match (integer counted as number), for oneOf */
+static int value_types(const cJSON *s) {
+    if (cJSON_IsFalse(s)) return 0;
+    if (!cJSON_IsObject(s)) return T_ALL;
+    const cJSON *cn = cJSON_GetObjectItemCaseSensitive(s, "const"), *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    int m = T_ALL;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (t) m = type_mask_of(t);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable"))) m |= T_NULL;
+    if (cn || cJSON_IsArray(en)) {
+        int v = 0;
+        for (const cJSON *x = cn ? cn : en->child; x; x = cn ? NULL : x->next)
+            v |= cJSON_IsNull(x) ? T_NULL : cJSON_IsBool(x) ? T_BOOL : cJSON_IsString(x) ? T_STRING
+               : cJSON_IsNumber(x) ? T_NUMBER : cJSON_IsArray(x) ? T_ARRAY : T_OBJECT;
+        m = t ? (m & v) | (v & T_NUMBER && m & T_INTEGER ? T_NUMBER : 0) : v;
+    }
+    if (m & T_INTEGER) m = (m & ~T_INTEGER) | T_NUMBER;
+    return m;
+}
+
+/* the const/enum values of property p of object schema s (NULL when unconstrained or optional) */
+static const cJSON *disc_values(const cJSON *s, const char *p, int *is_const) {
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    int rq = 0;
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) rq |= cJSON_IsString(r) && !strcmp(r->valuestring, p);
+    if (!rq) return NULL;
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s, "properties"), p);
+    if (!ps) return NULL;
+    const cJSON *cn = cJSON_GetObjectItemCaseSensitive(ps, "const");
+    if (cn) { *is_const = 1; return cn; }
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(ps, "enum");
+    *is_const = 0;
+    return cJSON_IsArray(en) ? en : NULL;
+}
+
+static int values_overlap(const cJSON *a, int ac, const cJSON *b, int bc) {
+    for (const cJSON *x = ac ? a : a->child; x; x = ac ? NULL : x->next)
+        for (const cJSON *y = bc ? b : b->child; y; y = bc ? NULL : y->next)
+            if (cJSON_Compare(x, y, 1)) return 1;
+    return 0;
+}
+
+/* oneOf is enforced as anyOf, which is right only when no value can match two branches:
+ * branches of disjoint types, or objects told apart by a required const/enum property. */
+static int one_of_disjoint(struct sc *c, const cJSON *base, const cJSON *alts, int has_more) {
+    const cJSON *b[64];
+    int n = 0;
+    for (const cJSON *x = alts->child; x; x = x->next) {
+        if (n == 64) return 0;
+        const cJSON *e = has_more ? own(c, merge(c, base, x)) : deref(c, x);
+        if (!e) return 0;
+        b[n++] = deref(c, e);
+        if (!b[n - 1]) return 0;
+    }
+    /* every pair: disjoint types, or two objects told apart by a required const/enum property */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            int ti = value_types(b[i]), tj = value_types(b[j]);
+            if (!(ti & tj)) continue;
+            if (ti != T_OBJECT || tj != T_OBJECT) return 0;
+            const cJSON *props = cJSON_GetObjectItemCaseSensitive(b[i], "properties");
+            int told = 0;
+            for (const cJSON *p = props ? props->child : NULL; p && !told; p = p->next) {
+                int ic, jc;
+                const cJSON *vi = disc_values(b[i], p->string, &ic), *vj = disc_values(b[j], p->string, &jc);
+                told = vi && vj && !values_overlap(vi, ic, vj, jc);
+            }
+            if (!told) return 0;
+        }
+    return 1;
+}
+
 static int compile_obj_schema(struct sc *c, const cJSON *s) {
     gir *g = c->g;
     for (const cJSON *k = s->child; k; k = k->next) {
@@ -1001,6 +1078,11 @@ static int compile_obj_schema(struct sc *c, const cJSON *s) {
         int has_more = 0;
         for (const cJSON *k = base->child; k; k = k->next)
             if (!is_in(k->string, k_annotations)) has_more = 1;
+        if (!strcmp(alt_kw, "oneOf") && !one_of_disjoint(c, base, alts, has_more)) {
+            if (c->err == GERBIL_OK)
+                serr(c, GERBIL_ERR_UNSUPPORTED, "%s", "oneOf whose alternatives may overlap (exactly-one cannot be enforced)");
+            return -1;
+        }
         int r = gir_rule(g, NULL);
         g->rules[r].defined = 1;
         gseq sq = {0};
