@@ -1,6 +1,7 @@
 /* MaskBench (guidance-ai/jsonschemabench maskbench/) for gerbil's grammar engine, one thread.
  *   python3 bench/maskbench_prep.py JSONSCHEMABENCH/maskbench/data /tmp/mb.jsonl
- *   build/maskbench /tmp/mb.jsonl ../shared/data/tokenizers/llama3 [--limit N] [--timeout S] [--out results.jsonl]
+ *   build/maskbench /tmp/mb.jsonl ../shared/data/tokenizers/llama3 [--limit N] [--skip N] [--stride N]
+ *                   [--timeout S] [--out results.jsonl]      (--stride N: every Nth schema, a sample)
  * As the benchmark's runner.py: per schema, compile (TTFM); per test instance, a fresh state,
  * then for each token of the instance mask + commit (TBM); a valid instance rejected is a
  * validation error, an invalid one accepted an invalidation error. Each schema runs in a forked
@@ -88,15 +89,16 @@ static double pct(const double *v, size_t n, double p) { return n ? v[(size_t)(p
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: maskbench DATA.jsonl TOKENIZER [--limit N] [--skip N] [--timeout S] [--out RESULTS.jsonl]\n");
+        fprintf(stderr, "usage: maskbench DATA.jsonl TOKENIZER [--limit N] [--skip N] [--stride N] [--timeout S] [--out RESULTS.jsonl]\n");
         return 2;
     }
-    long limit = -1, skip = 0;
+    long limit = -1, skip = 0, stride = 1;
     int timeout = 60;
     const char *outp = NULL;
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--limit")) limit = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--skip")) skip = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stride")) stride = atol(argv[i + 1]) > 0 ? atol(argv[i + 1]) : 1;
         else if (!strcmp(argv[i], "--timeout")) timeout = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--out")) outp = argv[i + 1];
     }
@@ -117,7 +119,7 @@ int main(int argc, char **argv) {
     long idx = 0;
     double start = now_us();
     while ((len = getline(&line, &lcap, in)) > 0) {
-        if (idx++ < skip) continue;
+        if (idx++ < skip || (idx - 1 - skip) % stride) continue;
         if (limit >= 0 && (long)n_schemas >= limit) break;
         cJSON *rec = cJSON_Parse(line);
         if (!rec) continue;

@@ -122,6 +122,8 @@ void gerbil_grammar_vocab_free(gerbil_grammar_vocab_t v) {
     free(v);
 }
 
+static void vocab_warm(struct gerbil_grammar_vocab *v);
+
 gerbil_status gerbil_grammar_vocab_new(gerbil_tokenizer_t tok, int n_vocab, const int32_t *eos_ids, int n_eos,
                                        gerbil_grammar_vocab_t *out) {
     *out = NULL;
@@ -213,6 +215,7 @@ gerbil_status gerbil_grammar_vocab_new(gerbil_tokenizer_t tok, int n_vocab, cons
     if (!v->tops) goto oom;
     pthread_mutex_init(&v->tops->mu, NULL);
     v->tops->budget = (size_t)512 << 20;
+    vocab_warm(v);
     *out = v;
     return GERBIL_OK;
 oom:
@@ -956,4 +959,33 @@ void gerbil_grammar_stats(gerbil_grammar_t g, int *n_states, int *n_nodes, int *
     if (n_states) *n_states = g->n_st;
     if (n_nodes) *n_nodes = g->n_nodes;
     if (n_rules) *n_rules = g->ir.n_rules;
+}
+
+/* Fill the vocabulary's cache with the walks every JSON constraint needs (string bodies,
+ * numbers, literals, the starts of values) by computing the masks along a small document,
+ * so that a grammar's first masks in those places are cache hits (a per-model precompute,
+ * like XGrammar's per-tokenizer one). Failures here only leave the cache colder. */
+static void vocab_warm(struct gerbil_grammar_vocab *v) {
+    static const char doc[] = "{\"a\": \"text \\n\\u00e9\u00e9\", \"b\": -1.5e3, \"c\": [true, false, null, 12], \"d\": {}}";
+    gerbil_grammar_t g = NULL;
+    for (int flex = 0; flex < 2; flex++) {
+        gerbil_grammar_params p = gerbil_grammar_default_params();
+        p.compact = !flex;
+        if (gerbil_grammar_compile(v, GERBIL_GRAMMAR_JSON_OBJECT, "", 0, &p, &g) != GERBIL_OK) return;
+        gerbil_grammar_state_t st = NULL;
+        uint64_t *m = malloc((size_t)g->words * sizeof *m);
+        if (m && gerbil_grammar_state_new(g, &st) == GERBIL_OK) {
+            for (size_t i = 0; i < sizeof doc - 1; i++) {
+                if (flex || doc[i] != ' ' || (i > 0 && doc[i - 1] == 't')) {
+                    gerbil_grammar_mask(st, m);
+                    if (gerbil_grammar_accept_bytes(st, doc + i, 1) != 1) break;
+                }
+            }
+        }
+        gerbil_grammar_state_free(st);
+        free(m);
+        gerbil_grammar_free(g);
+        g = NULL;
+    }
+    err_clear();
 }
