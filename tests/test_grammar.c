@@ -91,7 +91,7 @@ static void test_regex_vs_pcre2(void) {
         const char *al = cases[c].alpha;
         size_t na = strlen(al);
         int mismatches = 0, full = 0;
-        for (int t = 0; t < 20000; t++) {
+        for (int t = 0; t < 8000; t++) {
             char s[32];
             size_t n = test_rand_u64(&seed) % 12;
             for (size_t i = 0; i < n; i++) s[i] = al[test_rand_u64(&seed) % na];
@@ -219,6 +219,16 @@ static void test_walks(void) {
     int words = (gerbil_grammar_vocab_n(voc) + 63) / 64;
     uint64_t *mask = malloc((size_t)words * 8);
     int32_t eos = gerbil_tokenizer_eos(tok);
+    /* tokens that tend to end a value: the walks prefer them after a while */
+    uint8_t *closing = calloc((size_t)gerbil_grammar_vocab_n(voc), 1);
+    for (int id = 0; id < gerbil_grammar_vocab_n(voc) && id < gerbil_tokenizer_n_vocab(tok); id++) {
+        char *t;
+        size_t tl;
+        int32_t one = id;
+        if (gerbil_detokenize(tok, &one, 1, 0, &t, &tl) != GERBIL_OK) continue;
+        closing[id] = id == eos || has_any(t, tl, "\"]},0123456789el");
+        free(t);
+    }
     for (size_t si = 0; si < sizeof walk_schemas / sizeof walk_schemas[0]; si++) {
         cJSON *schema = cJSON_Parse(walk_schemas[si]);
         for (int compact = 0; compact < 2; compact++) {
@@ -226,7 +236,7 @@ static void test_walks(void) {
             CHECK(g != NULL);
             if (!g) continue;
             int finished = 0, bad = 0, mask_disagree = 0;
-            for (int w = 0; w < 150; w++) {
+            for (int w = 0; w < 100; w++) {
                 gerbil_grammar_state_t st;
                 gerbil_grammar_state_new(g, &st);
                 int32_t ids[512];
@@ -240,11 +250,7 @@ static void test_walks(void) {
                     for (int id = 0; id < gerbil_grammar_vocab_n(voc); id++)
                         if ((mask[id >> 6] >> (id & 63)) & 1) {
                             cand[nc++] = id;
-                            char *t;
-                            size_t tl;
-                            gerbil_detokenize(tok, &id, 1, 0, &t, &tl);
-                            if (id == eos || has_any(t, tl, "\"]},0123456789el")) close[nclose++] = id;
-                            free(t);
+                            if (closing[id]) close[nclose++] = id;
                         }
                     if (nc == 0) { bad++; fprintf(stderr, "dead end after %d tokens\n", n_ids); break; }
                     /* a disallowed token must be refused */
@@ -280,11 +286,12 @@ static void test_walks(void) {
             }
             CHECKF(bad == 0, "schema %zu compact %d: %d bad walks", si, compact, bad);
             CHECKF(mask_disagree == 0, "schema %zu: mask and accept_token disagree %d times", si, mask_disagree);
-            CHECKF(finished >= 20, "schema %zu compact %d: only %d of 150 walks finished", si, compact, finished);
+            CHECKF(finished >= 20, "schema %zu compact %d: only %d of 100 walks finished", si, compact, finished);
             gerbil_grammar_free(g);
         }
         cJSON_Delete(schema);
     }
+    free(closing);
     free(mask);
 }
 
