@@ -355,26 +355,61 @@ gerbil_status gir_check(gir *g) {
             goto done;
         }
         for (int e = 0; e < ne; e++) adj[deg[E[e][0]] + fill[E[e][0]]++] = E[e][1];
-        long budget = 20000000;
-        for (int e = 0; e < ne && st == GERBIL_OK && budget > 0; e++) {
-            if (!E[e][2]) continue;
-            int u = E[e][0], v = E[e][1];
-            /* does v reach u? */
-            memset(seen, 0, (size_t)n);
-            int sp = 0;
-            stack[sp++] = v;
-            seen[v] = 1;
-            while (sp && budget-- > 0) {
-                int x = stack[--sp];
-                if (x == u) {
+        /* strongly connected components (Tarjan, iterative): a growing edge inside one
+         * component is a left-recursive cycle */
+        int *idx = malloc((size_t)n * sizeof *idx), *low = malloc((size_t)n * sizeof *low);
+        int *comp = malloc((size_t)n * sizeof *comp), *it = malloc((size_t)n * sizeof *it);
+        int *call = malloc((size_t)n * sizeof *call);
+        if (!idx || !low || !comp || !it || !call) {
+            st = err_set(GERBIL_ERR_NOMEM, "grammar: out of memory");
+        } else {
+            for (int x = 0; x < n; x++) { idx[x] = -1; seen[x] = 0; }
+            int counter = 0, sp = 0, ncomp = 0;
+            for (int r0 = 0; r0 < n; r0++) {
+                if (idx[r0] >= 0) continue;
+                int cp = 0;
+                call[cp++] = r0;
+                idx[r0] = low[r0] = counter++;
+                it[r0] = deg[r0];
+                stack[sp++] = r0;
+                seen[r0] = 1;
+                while (cp) {
+                    int x = call[cp - 1];
+                    if (it[x] < deg[x + 1]) {
+                        int y = adj[it[x]++];
+                        if (idx[y] < 0) {
+                            idx[y] = low[y] = counter++;
+                            it[y] = deg[y];
+                            stack[sp++] = y;
+                            seen[y] = 1;
+                            call[cp++] = y;
+                        } else if (seen[y] && idx[y] < low[x]) {
+                            low[x] = idx[y];
+                        }
+                        continue;
+                    }
+                    if (low[x] == idx[x]) {
+                        int y;
+                        do { y = stack[--sp]; seen[y] = 0; comp[y] = ncomp; } while (y != x);
+                        ncomp++;
+                    }
+                    cp--;
+                    if (cp && low[x] < low[call[cp - 1]]) low[call[cp - 1]] = low[x];
+                }
+            }
+            for (int e = 0; e < ne; e++)
+                if (E[e][2] && comp[E[e][0]] == comp[E[e][1]]) {
+                    int u = E[e][0];
                     st = err_set(GERBIL_ERR_UNSUPPORTED, "grammar: rule \"%s\" is left-recursive (it can start with "
                                  "itself); rewrite it with repetition", g->rules[u].name ? g->rules[u].name : "(anonymous)");
                     break;
                 }
-                for (int k = deg[x]; k < deg[x + 1]; k++)
-                    if (!seen[adj[k]]) { seen[adj[k]] = 1; stack[sp++] = adj[k]; }
-            }
         }
+        free(idx);
+        free(low);
+        free(comp);
+        free(it);
+        free(call);
         free(adj);
         free(fill);
         free(E);
