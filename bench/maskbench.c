@@ -89,12 +89,15 @@ static double pct(const double *v, size_t n, double p) { return n ? v[(size_t)(p
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: maskbench DATA.jsonl TOKENIZER [--limit N] [--skip N] [--stride N] [--timeout S] [--out RESULTS.jsonl]\n");
+        fprintf(stderr, "usage: maskbench DATA.jsonl TOKENIZER [--limit N] [--skip N] [--stride N] [--timeout S] [--no-fork] [--out RESULTS.jsonl]\n");
         return 2;
     }
     long limit = -1, skip = 0, stride = 1;
+    int no_fork = 0;
     int timeout = 60;
     const char *outp = NULL;
+    for (int i = 3; i < argc; i++)
+        if (!strcmp(argv[i], "--no-fork")) { no_fork = 1; memmove(argv + i, argv + i + 1, (size_t)(argc - i - 1) * sizeof *argv); argc--; i--; }
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--limit")) limit = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--skip")) skip = atol(argv[i + 1]);
@@ -127,8 +130,14 @@ int main(int argc, char **argv) {
         char tmpl[] = "/tmp/maskbench.XXXXXX";
         int fd = mkstemp(tmpl);
         unlink(tmpl);
-        pid_t pid = fork();
-        if (pid == 0) {
+        pid_t pid = no_fork ? 1 : fork();
+        if (no_fork) {
+            /* in this process: the vocabulary's shared cache carries over between schemas, as in
+             * a server; a crash ends the run */
+            FILE *o = fdopen(dup(fd), "w");
+            run_one(voc, tok, rec, o);
+            fclose(o);
+        } else if (pid == 0) {
             alarm((unsigned)timeout);
             FILE *o = fdopen(fd, "w");
             run_one(voc, tok, rec, o);
@@ -136,7 +145,7 @@ int main(int argc, char **argv) {
             _exit(0);
         }
         int wst = 0;
-        waitpid(pid, &wst, 0);
+        if (!no_fork) waitpid(pid, &wst, 0);
         int result;
         double tt = 0;
         size_t nt = 0;

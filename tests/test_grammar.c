@@ -498,6 +498,54 @@ static void test_api(void) {
     gerbil_grammar_free(g);
 }
 
+/* gerbil_generate_object on stories260K at temperature 1: the JSON parses and validates */
+static void test_generate_object(void) {
+    gerbil_model_params mp = gerbil_model_default_params();
+    mp.n_threads = 1;
+    gerbil_model_t m;
+    if (gerbil_model_load(TOK, &mp, &m) != GERBIL_OK) { CHECKF(0, "load: %s", gerbil_last_error()); return; }
+    gerbil_session_params sp = gerbil_session_default_params();
+    gerbil_session_t s;
+    CHECK(gerbil_session_new(m, &sp, &s) == GERBIL_OK);
+    int32_t eos[8];
+    int n_eos = gerbil_model_eos_ids(m, eos, 8);
+    gerbil_grammar_vocab_t mv;
+    CHECK(gerbil_grammar_vocab_new(tok, gerbil_model_n_vocab(m), eos, n_eos, &mv) == GERBIL_OK);
+    const char *schema = walk_schemas[0];
+    cJSON *sj = cJSON_Parse(schema);
+    int ok = 0, finished = 0;
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        gerbil_sampler_params p = gerbil_sampler_default_params();
+        p.temperature = 1.0f;
+        p.seed = seed;
+        gerbil_sampler_t smp;
+        gerbil_sampler_new(&p, gerbil_model_n_vocab(m), &smp);
+        gerbil_session_reset(s);
+        int32_t prompt[] = {1, 403, 407};
+        gerbil_generate_params gp = gerbil_generate_default_params();
+        gp.max_tokens = 200;
+        gerbil_generate_result res;
+        char *json = NULL;
+        gerbil_status st = gerbil_generate_object(s, smp, tok, mv, prompt, 3, schema, &gp, &json, &res);
+        if (st == GERBIL_OK) {
+            finished++;
+            cJSON *v = cJSON_Parse(json);
+            if (v && validate(sj, v, sj)) ok++;
+            else fprintf(stderr, "generate_object: invalid: %s\n", json);
+            cJSON_Delete(v);
+        } else {
+            CHECKF(st == GERBIL_ERR_CONTEXT, "generate_object: %s", gerbil_last_error());
+        }
+        free(json);
+        gerbil_sampler_free(smp);
+    }
+    CHECKF(finished >= 1 && ok == finished, "generate_object: %d finished, %d valid", finished, ok);
+    cJSON_Delete(sj);
+    gerbil_grammar_vocab_free(mv);
+    gerbil_session_free(s);
+    gerbil_model_free(m);
+}
+
 int main(void) {
     if (gerbil_tokenizer_load(TOK, &tok) != GERBIL_OK) SKIP("%s not found", TOK);
     if (gerbil_grammar_vocab_new(tok, 0, NULL, 0, &voc) != GERBIL_OK) { fprintf(stderr, "%s\n", gerbil_last_error()); return 1; }
@@ -508,6 +556,7 @@ int main(void) {
     test_schema_errors();
     test_documents();
     test_walks();
+    test_generate_object();
     gerbil_grammar_vocab_free(voc);
     gerbil_tokenizer_free(tok);
     return test_done();
