@@ -242,12 +242,17 @@ void gerbil_sampler_free(gerbil_sampler_t s);
 int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history,
                               int n_history);
 
+/* Set the logits of tokens whose bit is clear in mask (bit i of mask[i / 64]) to -infinity,
+ * so sampling picks among the allowed ones; returns how many are allowed. */
+int gerbil_sampler_apply_mask(float *logits, int n_vocab, const uint64_t *mask);
+
 /* ---- generation ---- */
 typedef enum gerbil_stop_reason {
     GERBIL_STOP_MAX_TOKENS = 0,
     GERBIL_STOP_EOS,
     GERBIL_STOP_CONTEXT,    /* the context window filled up */
     GERBIL_STOP_CALLBACK,   /* on_token returned non-zero */
+    GERBIL_STOP_GRAMMAR,    /* the grammar constraint allows no token at all (a dead end) */
 } gerbil_stop_reason;
 
 typedef struct gerbil_generate_params {
@@ -259,6 +264,11 @@ typedef struct gerbil_generate_params {
     /* Called during the prompt's prefill with the tokens evaluated so far: 0 first, then
      * after each chunk (done == total last), e.g. for a progress line. May be NULL. */
     void (*on_prompt_progress)(void *user, int done, int total);
+    /* A grammar constraint for this sequence (gerbil_grammar_*; NULL: none). Each step's
+     * logits are masked to the tokens it allows before sampling (EOS only where it may end;
+     * its EOS ids end generation); a token that is the only one allowed is taken without
+     * sampling, and runs of such forced tokens go through one forward. */
+    struct gerbil_grammar_state *grammar;
 } gerbil_generate_params;
 
 typedef struct gerbil_generate_result {
@@ -353,6 +363,81 @@ void gerbil_chat_template_free(gerbil_chat_template_t t);
 gerbil_status gerbil_chat_template_apply(gerbil_chat_template_t t, const char *messages_json, const char *tools_json,
                                          int add_generation_prompt, const char *const *var_names,
                                          const char *const *var_values, int n_vars, char **out);
+
+/* ---- structured output: grammar-constrained decoding (src/grammar/) ----
+ * A constraint compiles once (JSON Schema, llama.cpp GBNF, a regex, or any JSON object)
+ * against a vocabulary; each sequence then holds its own small state. Per step: the
+ * mask (bit i of words[i / 64] set = token i allowed; EOS ids only where the grammar may
+ * end), then gerbil_grammar_accept_token with the chosen id. Everything is byte-level:
+ * each token's bytes (byte-level BPE and SentencePiece byte fallback alike) are run
+ * through the grammar, so a token may end inside a UTF-8 character or a JSON string.
+ * A compiled grammar may be shared by sequences on several threads (its caches are
+ * behind a lock); a state belongs to one sequence. */
+typedef struct gerbil_grammar_vocab *gerbil_grammar_vocab_t;
+typedef struct gerbil_grammar *gerbil_grammar_t;
+typedef struct gerbil_grammar_state *gerbil_grammar_state_t;
+
+typedef enum gerbil_grammar_kind {
+    GERBIL_GRAMMAR_JSON_SCHEMA = 0, /* src: a JSON Schema document */
+    GERBIL_GRAMMAR_GBNF,            /* src: llama.cpp GBNF; the start rule is "root" */
+    GERBIL_GRAMMAR_REGEX,           /* src: an ECMAScript regex the whole output must match */
+    GERBIL_GRAMMAR_JSON_OBJECT,     /* any JSON object (src ignored) */
+} gerbil_grammar_kind;
+
+typedef struct gerbil_grammar_params {
+    int compact;          /* JSON: no whitespace between tokens (default 0: whitespace as JSON allows) */
+    int max_whitespace;   /* JSON, flexible: at most this many whitespace bytes in a row (0: unbounded) */
+} gerbil_grammar_params;
+
+gerbil_grammar_params gerbil_grammar_default_params(void);
+/* The vocabulary's byte trie, built once per tokenizer (tens of ms for 128k tokens).
+ * n_vocab: the mask width (the model's vocabulary; <= 0: the tokenizer's); eos_ids: the
+ * ids allowed where the grammar may end (n_eos <= 0: the tokenizer's EOS). Special
+ * tokens other than those are never allowed. */
+gerbil_status gerbil_grammar_vocab_new(gerbil_tokenizer_t tok, int n_vocab, const int32_t *eos_ids, int n_eos,
+                                       gerbil_grammar_vocab_t *out);
+void gerbil_grammar_vocab_free(gerbil_grammar_vocab_t v);
+int gerbil_grammar_vocab_n(gerbil_grammar_vocab_t v);
+/* Compile a constraint (the vocabulary must outlive it). Errors: GERBIL_ERR_FORMAT (syntax
+ * error, with the line/offset), GERBIL_ERR_UNSUPPORTED (a JSON Schema keyword or regex
+ * feature that cannot be enforced, named in the message: never silently ignored). */
+gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_kind kind, const char *src, size_t len,
+                                     const gerbil_grammar_params *p, gerbil_grammar_t *out);
+void gerbil_grammar_free(gerbil_grammar_t g);
+/* 64-bit words a mask needs: (n_vocab + 63) / 64. */
+int gerbil_grammar_mask_words(gerbil_grammar_t g);
+gerbil_status gerbil_grammar_state_new(gerbil_grammar_t g, gerbil_grammar_state_t *out);
+void gerbil_grammar_state_free(gerbil_grammar_state_t s);
+void gerbil_grammar_state_reset(gerbil_grammar_state_t s);
+void gerbil_grammar_state_copy(gerbil_grammar_state_t dst, gerbil_grammar_state_t src); /* a fork */
+/* The allowed tokens now, into words[gerbil_grammar_mask_words]. */
+gerbil_status gerbil_grammar_mask(gerbil_grammar_state_t s, uint64_t *words);
+/* Advance by a token; GERBIL_ERR_INVALID_ARG (state unchanged) when it is not allowed. An
+ * EOS id is allowed only where the grammar may end, and ends the constraint. */
+gerbil_status gerbil_grammar_accept_token(gerbil_grammar_state_t s, int32_t id);
+/* Advance byte by byte; returns how many of the n bytes were accepted (stops at the first
+ * byte the grammar rejects, the state then being after the accepted ones). */
+size_t gerbil_grammar_accept_bytes(gerbil_grammar_state_t s, const char *p, size_t n);
+/* The grammar may end here. */
+int gerbil_grammar_is_accepting(gerbil_grammar_state_t s);
+/* Nothing more can follow (EOS taken, or complete with no possible continuation). */
+int gerbil_grammar_is_finished(gerbil_grammar_state_t s);
+/* The bytes that must come next (up to cap), without changing the state. */
+size_t gerbil_grammar_forced_bytes(gerbil_grammar_state_t s, char *buf, size_t cap);
+/* The only allowed token, or -1 when zero or several are (scratch: mask_words words). */
+int32_t gerbil_grammar_forced_token(gerbil_grammar_state_t s, uint64_t *scratch);
+/* Sizes, for diagnostics. */
+void gerbil_grammar_stats(gerbil_grammar_t g, int *n_states, int *n_nodes, int *n_rules);
+
+/* The reference engine's generateObject, with the constraint instead of retries: generate
+ * after prompt under schema_json (a JSON Schema; NULL: any JSON object) and return the JSON
+ * text (*json malloc'd), which parses and matches the schema. The vocabulary is the model's
+ * (gerbil_grammar_vocab_new with its tokenizer and EOS ids). Errors: the schema's compile
+ * errors; GERBIL_ERR_CONTEXT when max_tokens or the context ran out before the object ended. */
+gerbil_status gerbil_generate_object(gerbil_session_t s, gerbil_sampler_t sampler, gerbil_tokenizer_t tok,
+                                     gerbil_grammar_vocab_t vocab, const int32_t *prompt, int n_prompt,
+                                     const char *schema_json, const gerbil_generate_params *p, char **json,
+                                     gerbil_generate_result *res);
 
 /* ---- hub: models by name (src/hub/) ----
  * A model reference is a local folder, a .gguf file, or a Hugging Face repo id

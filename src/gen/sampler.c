@@ -160,3 +160,13 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
     }
     return s->cands[k - 1].id;
 }
+
+/* Grammar constraints: masked tokens get -inf before any sampling step. */
+int gerbil_sampler_apply_mask(float *logits, int n_vocab, const uint64_t *mask) {
+    int allowed = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if ((mask[i >> 6] >> (i & 63)) & 1) allowed++;
+        else logits[i] = -INFINITY;
+    }
+    return allowed;
+}

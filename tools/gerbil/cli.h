@@ -96,5 +96,13 @@ int cmd_pull(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_grammar(int argc, char **argv);
+
+/* ---- cmd_grammar.c: constraints from the command line ---- */
+/* A constraint from flag (--schema/--json-schema FILE, --gbnf/--grammar FILE, --regex RE,
+ * --json-object) and its value: *src malloc'd. Prints errors; 0 on success. */
+int cli_grammar_source(const char *flag, const char *value, gerbil_grammar_kind *kind, char **src, size_t *len);
+/* The tokenizer of a model folder, tokenizer folder/file, .gguf or repo id. Prints errors. */
+int cli_load_tokenizer(const char *model, gerbil_tokenizer_t *tok);
 
 #endif

@@ -34,7 +34,11 @@ static void help(FILE *f) {
                "      --ignore-eos          do not stop at end-of-sequence ids\n"
                "      --json                print one object: {\"text\", \"token_ids\", \"seed\", \"timings\", ...}\n"
                "  -v, --verbose             say what runs: model, prompt tokens, sampling and the seed\n"
-               "  -q, --quiet               no stats line, warnings or progress on stderr\n");
+               "  -q, --quiet               no stats line, warnings or progress on stderr\n"
+               "      --json-schema FILE    constrain the output to JSON matching this JSON Schema\n"
+               "      --grammar FILE        constrain the output to a llama.cpp GBNF grammar\n"
+               "      --regex RE            constrain the output to match RE (ECMAScript syntax)\n"
+               "      --json-object         constrain the output to any JSON object (--json is the output format)\n");
     cli_print_model_opts_help(f);
 }
 
@@ -69,11 +73,47 @@ static void strip_newline(char *t) {
     if (n && t[n - 1] == '\r') t[--n] = 0;
 }
 
+/* --json-schema / --grammar / --regex / --json-object: a constraint on the generation */
+struct run_constraint {
+    gerbil_grammar_vocab_t vocab;
+    gerbil_grammar_t g;
+    gerbil_grammar_state_t s;
+};
+
+static int run_constraint_open(struct run_constraint *rc, struct textgen *tg, const char *flag, const char *value) {
+    if (!tg->tok) { fprintf(stderr, "gerbil run: %s needs the model's tokenizer\n", flag); return 1; }
+    gerbil_grammar_kind kind;
+    char *src = NULL;
+    size_t len = 0;
+    if (cli_grammar_source(flag, value, &kind, &src, &len)) return 1;
+    int32_t eos[16];
+    int n_eos = gerbil_model_eos_ids(tg->model, eos, 16);
+    gerbil_status st = gerbil_grammar_vocab_new(tg->tok, gerbil_model_n_vocab(tg->model), eos, n_eos, &rc->vocab);
+    /* at most one whitespace byte between JSON tokens: a small model at temperature 1 would
+     * otherwise spend its tokens on whitespace */
+    gerbil_grammar_params gp = gerbil_grammar_default_params();
+    gp.max_whitespace = 1;
+    if (st == GERBIL_OK) st = gerbil_grammar_compile(rc->vocab, kind, src, len, &gp, &rc->g);
+    if (st == GERBIL_OK) st = gerbil_grammar_state_new(rc->g, &rc->s);
+    free(src);
+    if (st != GERBIL_OK) return cli_fail(flag + 2, st);
+    tg->gen.grammar = rc->s;
+    return 0;
+}
+
+static void run_constraint_close(struct run_constraint *rc) {
+    gerbil_grammar_state_free(rc->s);
+    gerbil_grammar_free(rc->g);
+    gerbil_grammar_vocab_free(rc->vocab);
+}
+
 static int run_main(int argc, char **argv, const unsigned char *attached) {
     struct cli_model_opts o = {.default_model = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
     const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL, *file = NULL, *pos[2];
     int json = 0, raw = 0, n_pos = 0;
+    const char *cflag = NULL, *cval = "";
+    struct run_constraint rcon = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -82,6 +122,12 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
         if (r) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { help(stdout); return 0; }
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar") || !strcmp(a, "--regex") || !strcmp(a, "--json-object")) {
+            if (cflag) { fprintf(stderr, "gerbil run: give one of --json-schema, --grammar, --regex, --json-object\n"); return 2; }
+            cflag = a;
+            if (strcmp(a, "--json-object") && !(cval = cli_value(argc, argv, &i))) return 2;
+            continue;
+        }
         if (!strcmp(a, "--raw")) { raw = 1; continue; }
         if (!strcmp(a, "--ids") || !strcmp(a, "--system") || !strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
@@ -142,7 +188,7 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
     /* the prompt is encoded before the weights load: its mistakes cost no load */
     if (cli_resolve_model(&o)) goto done;
     /* --ids prints ids: the tokenizer is only needed for a text prompt or --json's "text" */
-    if ((text || json) && textgen_load_text(&tg, o.model)) goto done;
+    if ((text || json || cflag) && textgen_load_text(&tg, o.model)) goto done;
     if (text) {
         if (!tg.tok) {
             fprintf(stderr, "gerbil run: %s has no tokenizer (%s), so text prompts cannot be encoded; "
@@ -171,6 +217,8 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
     }
     o.quiet = tg.quiet;
     if (cli_open(&o, &tg.model, &tg.session)) goto done;
+    /* the constraint needs the model's vocabulary size and EOS ids */
+    if (cflag && run_constraint_open(&rcon, &tg, cflag, cval)) goto done;
     if (tg.verbose)
         fprintf(stderr, "gerbil run: model %s; prompt %d tokens; temperature %g, top-k %d, top-p %g, min-p %g, "
                         "repeat-penalty %g; seed %llu\n", o.model, n_prompt, tg.sampling.temperature, tg.sampling.top_k,
@@ -197,6 +245,7 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
 oom:
     fprintf(stderr, "gerbil run: out of memory\n");
 done:
+    run_constraint_close(&rcon);
     textgen_out_free(&out);
     free(messages);
     free(stdin_text);

@@ -298,6 +298,7 @@ const char *textgen_stop_name(const struct textgen_out *out) {
     case GERBIL_STOP_EOS: return "eos";
     case GERBIL_STOP_CONTEXT: return "context";
     case GERBIL_STOP_CALLBACK: return "interrupted";
+    case GERBIL_STOP_GRAMMAR: return "grammar";
     default: return "max_tokens";
     }
 }
