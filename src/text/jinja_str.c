@@ -204,7 +204,9 @@ jv *jstr_splitlines(jctx *c, const char *p, size_t n) {
 
 jv *jstr_pad(jctx *c, jv *s, int64_t width, char mode, const char *fill) {
     int64_t len = (int64_t)jv_utf8_len(s->s.p, s->s.n);
-    if (width > JINJA_MAX_OUTPUT) width = JINJA_MAX_OUTPUT;
+    if (width > JINJA_MAX_OUTPUT)
+        return jerr(c, 0, "%s width %lld is past the %d MiB string limit",
+                    mode == 'l' ? "ljust" : mode == 'r' ? "rjust" : "center", (long long)width, JINJA_MAX_OUTPUT >> 20);
     if (width <= len) return s;
     int64_t marg = width - len, left = mode == 'l' ? 0 : mode == 'r' ? marg : marg / 2 + (marg & width & 1);
     jsb b = {0};

@@ -73,6 +73,9 @@ void tk_strmap_free(tk_strmap *m);
 int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes); /* 0 ok */
 /* Many lookups at once (cnt <= TK_BATCH), overlapping their cache misses. */
 #define TK_BATCH 384
+/* Vocabulary ids past the number of entries a tokenizer.json holds (holes that added tokens
+ * fill); a file naming id 2147483646 with one entry is refused, not a 16 GB table. */
+enum { TK_MAX_ID_HOLES = 1 << 20 };
 void tk_strmap_find_batch(const tk_strmap *m, const char *const *k, const size_t *n, int64_t *out, size_t cnt);
 
 /* u64 -> u64 (keys != UINT64_MAX). */

@@ -99,7 +99,14 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         if (!strcmp(text, "-")) {
-            if (!(text = stdin_text = cli_read_all(stdin, NULL))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            size_t n_in = 0;
+            if (!(text = stdin_text = cli_read_all(stdin, &n_in))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            const char *nul = memchr(stdin_text, 0, n_in); /* a C-string prompt would silently end there */
+            if (nul) {
+                fprintf(stderr, "gerbil run: stdin holds a NUL byte at offset %zu (of %zu); the prompt must be text\n",
+                        (size_t)(nul - stdin_text), n_in);
+                goto done;
+            }
         }
         if (tg.tmpl && !raw) {
             if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;

@@ -4,9 +4,11 @@
  * renders it, with no newline added. */
 #include "cli.h"
 #include "io/json.h"
+#include "textgen.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { MAX_VARS = 64 };
 
@@ -76,11 +78,29 @@ int cmd_template(int argc, char **argv) {
     char path[4096];
     if (model && cli_resolve_ref(model, NULL, path, sizeof path)) return 1;
     if (model) model = path;
-    gerbil_status st = gerbil_chat_template_load(model, tfile, &ct);
+    struct stat sb;
+    const int is_file = model && stat(model, &sb) == 0 && S_ISREG(sb.st_mode);
+    gerbil_status st = GERBIL_OK;
+    if (is_file) {
+        /* a GGUF file: the template (and its special tokens) from the metadata, as run applies it */
+        struct textgen tg = {0};
+        int bad = 0;
+        if (tfile) st = gerbil_chat_template_load(NULL, tfile, &ct);
+        else if (!(bad = textgen_load_text(&tg, model))) ct = tg.tmpl;
+        else gerbil_chat_template_free(tg.tmpl);
+        gerbil_tokenizer_free(tg.tok);
+        if (bad) goto done;
+    } else {
+        st = gerbil_chat_template_load(model, tfile, &ct);
+    }
     if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
     if (!ct) {
-        fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
-                        "in tokenizer_config.json); pass --template FILE\n", model);
+        if (is_file)
+            fprintf(stderr, "gerbil template: %s has no chat template (no tokenizer.chat_template in the GGUF "
+                            "metadata); pass --template FILE\n", model);
+        else
+            fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
+                            "in tokenizer_config.json); pass --template FILE\n", model);
         goto done;
     }
     if (!(msgs = json_file("messages", messages, 1))) goto done;
