@@ -108,6 +108,14 @@ int cmd_run(int argc, char **argv) {
                 goto done;
             }
         }
+        /* a cheap early bound, before a huge prompt is rendered and tokenized */
+        const int mtb = gerbil_tokenizer_max_token_bytes(tg.tok), n_ctx = gerbil_session_n_ctx(tg.session);
+        if (mtb > 0 && strlen(text) / (size_t)mtb > (size_t)n_ctx) {
+            fprintf(stderr, "gerbil run: the prompt of %zu bytes is at least %zu tokens (at most %d bytes a token), "
+                            "so it does not fit the context of %d tokens; use a larger --ctx-size or a shorter prompt\n",
+                    strlen(text), strlen(text) / (size_t)mtb, mtb, n_ctx);
+            goto done;
+        }
         if (tg.tmpl && !raw) {
             if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;
             if (!(messages = textgen_messages_add(messages, "user", text))) goto oom;
