@@ -142,7 +142,16 @@ static gerbil_status gguf_moe(const struct gguf_file *f, const char *arch, const
     return GERBIL_OK;
 }
 
+static gerbil_status from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
+
+/* On failure cfg is freed (and zeroed) here, as model_config_load does. */
 gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
+    gerbil_status st = from_gguf(f, path, cfg);
+    if (st != GERBIL_OK) model_config_free(cfg);
+    return st;
+}
+
+static gerbil_status from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = -1;
     const char *arch = gguf_get_str(f, "general.architecture");
