@@ -293,6 +293,11 @@ typedef struct gerbil_tokenizer *gerbil_tokenizer_t;
 gerbil_status gerbil_tokenizer_load(const char *path, gerbil_tokenizer_t *out);
 void gerbil_tokenizer_free(gerbil_tokenizer_t tok);
 int gerbil_tokenizer_n_vocab(gerbil_tokenizer_t tok);
+/* A cheap bound: a text of n bytes encodes to at least n / gerbil_tokenizer_max_token_bytes()
+ * tokens (special tokens come on top), so an oversized prompt can be refused before it is
+ * tokenized. 0 when the tokenizer gives no such bound (a normalizer or pre-tokenizer that
+ * deletes text, WordPiece's [UNK] for a whole word, fused unknown tokens). */
+int gerbil_tokenizer_max_token_bytes(gerbil_tokenizer_t tok);
 /* Encode len bytes of UTF-8 text. add_special: apply the post-processor (adds BOS
  * etc. as HF's add_special_tokens=True). *ids is malloc'd; the caller frees it. */
 gerbil_status gerbil_tokenize(gerbil_tokenizer_t tok, const char *text, size_t len, int add_special,

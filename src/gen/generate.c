@@ -4,6 +4,7 @@
 #include "gerbil.h"
 #include "model/model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,16 @@ static int is_eos(const struct model_config *c, int32_t id) {
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_ids[i] == id) return 1;
     return 0;
+}
+
+/* Logits a model computed for position pos: a NaN or an infinity means broken weights or an
+ * overflow inside the model, which no sampler should pick a token from. */
+static gerbil_status logits_check(const float *logits, int n, int pos) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(logits[i]))
+            return err_set(GERBIL_ERR_FORMAT, "the model produced %s at position %d (logit of token %d): "
+                           "its weights or configuration are broken", isnan(logits[i]) ? "NaN" : "Inf", pos, i);
+    return GERBIL_OK;
 }
 
 /* The loop under a grammar constraint: mask -> sample (or take the only allowed token)
@@ -36,6 +47,7 @@ static gerbil_status generate_constrained(gerbil_session_t s, gerbil_sampler_t s
         int n_pending = 0;
         /* one sampled (or forced) token, then the forced ones after it */
         for (int first = 1; res->n_generated < p->max_tokens; first = 0) {
+            if (first && (st = logits_check(logits, n_vocab, gerbil_session_n_past(s) - 1)) != GERBIL_OK) { done = 1; break; }
             if ((st = gerbil_grammar_mask(gs, mask)) != GERBIL_OK) { done = 1; break; }
             int32_t only = -1;
             int n_allowed = 0;
@@ -106,6 +118,7 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
         return st;
     }
     for (int i = 0; st == GERBIL_OK && i < p->max_tokens; i++) {
+        if ((st = logits_check(logits, n_vocab, gerbil_session_n_past(s) - 1)) != GERBIL_OK) break;
         int32_t id = gerbil_sampler_sample(sampler, logits, hist, n_hist);
         out[res->n_generated++] = id;
         hist[n_hist++] = id;

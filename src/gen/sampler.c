@@ -4,6 +4,7 @@
 #include "base/status.h"
 #include "gerbil.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,11 +77,24 @@ void gerbil_sampler_free(gerbil_sampler_t s) {
     free(s);
 }
 
+/* Total order over sanitized scores (cand_score: never NaN): higher first, then lower id. */
 static int cand_desc(const void *a, const void *b) {
     const struct cand *x = a, *y = b;
     if (x->s != y->s) return x->s < y->s ? 1 : -1;
     return (x->id > y->id) - (x->id < y->id); /* stable: lower id first */
 }
+
+/* A logit as a candidate score: NaN ranks below everything (-inf), and +inf (or an
+ * overflow of logit / temperature) becomes FLT_MAX, so sorting and softmax stay total
+ * over any float input. */
+static float cand_score(float logit, float temperature) {
+    if (isnan(logit)) return -INFINITY;
+    float s = logit / temperature;
+    return s > FLT_MAX ? FLT_MAX : s;
+}
+
+/* Greedy's comparison: a beats b; NaN loses to every number. */
+static int logit_beats(float a, float b) { return !isnan(a) && (isnan(b) || a > b); }
 
 /* Move the k largest to the front (quickselect), then sort those k. */
 static void top_k_sort(struct cand *c, int n, int k) {
@@ -118,16 +132,17 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
     if (p->temperature < 1e-6f) {
         int best = 0;
         for (int i = 1; i < n; i++)
-            if (logits[i] > logits[best]) best = i;
+            if (logit_beats(logits[i], logits[best])) best = i;
         return best;
     }
 
-    for (int i = 0; i < n; i++) s->cands[i] = (struct cand){logits[i] / p->temperature, i};
+    for (int i = 0; i < n; i++) s->cands[i] = (struct cand){cand_score(logits[i], p->temperature), i};
     int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
     top_k_sort(s->cands, n, k);
 
     /* softmax over the k candidates (sorted, so cands[0] is the max) */
     const float mx = s->cands[0].s;
+    if (mx == -INFINITY) return s->cands[0].id; /* every candidate NaN or -inf: the lowest id */
     double sum = 0.0;
     for (int i = 0; i < k; i++) {
         s->cands[i].s = expf(s->cands[i].s - mx);

@@ -13,7 +13,9 @@
 #include "base/status.h"
 #include "tensor/dtype.h"
 
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -641,6 +643,9 @@ gerbil_status gguf_get_u64(const struct gguf_file *f, const char *key, uint64_t 
 gerbil_status gguf_get_f32(const struct gguf_file *f, const char *key, float def, float *out) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
     if (!kv) { *out = def; return GERBIL_OK; }
+    if ((kv->type == GGUF_VT_F32 || kv->type == GGUF_VT_F64) && fabs(kv->v.f) > FLT_MAX && isfinite(kv->v.f))
+        return err_set(GERBIL_ERR_FORMAT, "%s: metadata \"%s\" = %g is out of range for f32", f->map.path, key,
+                       kv->v.f);
     if (kv->type == GGUF_VT_F32 || kv->type == GGUF_VT_F64) *out = (float)kv->v.f;
     else if (is_signed_type(kv->type)) *out = (float)kv->v.i;
     else if (is_int_type(kv->type)) *out = (float)kv->v.u;

@@ -12,6 +12,25 @@ static int is_trailing_pad(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\0';
 }
 
+/* How deeply arrays and objects nest in buf (strings skipped); stops counting past limit. */
+static int json_depth(const char *buf, size_t len, int limit) {
+    int depth = 0, max = 0, in_str = 0;
+    for (size_t i = 0; i < len && max <= limit; i++) {
+        char ch = buf[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > max) max = depth;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return max;
+}
+
 gerbil_status json_parse(const char *buf, size_t len, const char *what, cJSON **out) {
     *out = NULL;
     if (len == 0 || !buf) return err_set(GERBIL_ERR_FORMAT, "%s: empty, expected JSON", what);
@@ -23,6 +42,9 @@ gerbil_status json_parse(const char *buf, size_t len, const char *what, cJSON **
     cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!root) {
         size_t off = (end && end >= buf && end <= buf + len) ? (size_t)(end - buf) : 0;
+        if (json_depth(buf, len, CJSON_NESTING_LIMIT) > CJSON_NESTING_LIMIT)
+            return err_set(GERBIL_ERR_FORMAT, "%s: JSON nested too deeply (more than %d levels of arrays and objects)",
+                           what, CJSON_NESTING_LIMIT);
         return err_set(GERBIL_ERR_FORMAT, "%s: malformed JSON near byte %zu", what, off);
     }
     /* cJSON stops after the first value; anything but padding after it is a second

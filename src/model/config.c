@@ -51,31 +51,61 @@ static gerbil_status get_pos_int(const cJSON *root, const char *key, int def, co
         if (def > 0) { *out = def; return GERBIL_OK; }
         return err_set(GERBIL_ERR_FORMAT, "%s: missing required field \"%s\"", path, key);
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
-        v->valuedouble > (double)INT_MAX / 2)
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return err_set(GERBIL_ERR_FORMAT, "%s: field \"%s\" must be a positive integer", path, key);
+    if (v->valuedouble < 1 || v->valuedouble > CONFIG_MAX_INT)
+        return err_set(GERBIL_ERR_FORMAT, "%s: field \"%s\" = %.17g is out of range (a positive integer up to %d)",
+                       path, key, v->valuedouble, CONFIG_MAX_INT);
     *out = (int)v->valuedouble;
     return GERBIL_OK;
 }
 
-/* eos_token_id may be an int or a list of ints. Appends to cfg->eos_ids. */
-static void read_eos(const cJSON *root, struct model_config *cfg) {
+/* An optional int field in [lo, hi]: def when absent or null; anything else (a fraction, a
+ * string, a value out of range) is an error naming the field, never a silent cast. */
+static gerbil_status get_int_in(const cJSON *root, const char *key, int def, int lo, int hi, const char *path,
+                                int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) { *out = def; return GERBIL_OK; }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return err_set(GERBIL_ERR_FORMAT, "%s: field \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
+    *out = (int)v->valuedouble;
+    return GERBIL_OK;
+}
+
+/* A token id from config.json / generation_config.json: an integer in [0, INT32_MAX - 1];
+ * negative ids (some configs write -1 for "none") are skipped (*out = -1). */
+static gerbil_status token_id(const cJSON *v, const char *key, const char *path, int32_t *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble >= (double)INT32_MAX)
+        return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" must hold token ids (integers below %d)", path, key,
+                       INT32_MAX);
+    *out = v->valuedouble < 0 ? -1 : (int32_t)v->valuedouble;
+    return GERBIL_OK;
+}
+
+/* eos_token_id may be an int or a list of ints. Replaces cfg->eos_ids. */
+static gerbil_status read_eos(const cJSON *root, const char *path, struct model_config *cfg) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (!v || cJSON_IsNull(v)) return;
+    if (!v || cJSON_IsNull(v)) return GERBIL_OK;
     cfg->n_eos = 0;
+    int32_t id;
     if (cJSON_IsNumber(v)) {
-        cfg->eos_ids[cfg->n_eos++] = (int32_t)v->valuedouble;
+        GB_TRY(token_id(v, "eos_token_id", path, &id));
+        if (id >= 0) cfg->eos_ids[cfg->n_eos++] = id;
     } else if (cJSON_IsArray(v)) {
         const cJSON *e;
         cJSON_ArrayForEach(e, v) {
-            if (cJSON_IsNumber(e) && cfg->n_eos < MODEL_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = (int32_t)e->valuedouble;
+            if (!cJSON_IsNumber(e)) continue;
+            GB_TRY(token_id(e, "eos_token_id", path, &id));
+            if (id >= 0 && cfg->n_eos < MODEL_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = id;
         }
     }
+    return GERBIL_OK;
 }
 
-static void read_bos(const cJSON *root, struct model_config *cfg) {
+static gerbil_status read_bos(const cJSON *root, const char *path, struct model_config *cfg) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-    if (v && cJSON_IsNumber(v)) cfg->bos_id = (int32_t)v->valuedouble;
+    if (v && cJSON_IsNumber(v)) GB_TRY(token_id(v, "bos_token_id", path, &cfg->bos_id));
+    return GERBIL_OK;
 }
 
 /* One RoPE description: rp is the rope_parameters / rope_scaling object (or NULL),
@@ -83,10 +113,12 @@ static void read_bos(const cJSON *root, struct model_config *cfg) {
 static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_def, const char *path,
                                const char *what, const struct model_config *cfg, struct rope_config *r) {
     r->theta = rp ? json_get_num(rp, "rope_theta", theta_def) : theta_def;
-    if (!(r->theta > 1.0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope_theta must be > 1", path, what);
+    if (!(r->theta > 1.0) || !isfinite(r->theta)) return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope_theta must be > 1", path, what);
 
     double prf = json_get_num(root, "partial_rotary_factor", is_hybrid(cfg->arch) ? 0.25 : 1.0);
     if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
+    if (!(prf > 0.0 && prf <= 1.0))
+        return err_set(GERBIL_ERR_FORMAT, "%s: partial_rotary_factor %g must be in (0, 1]", path, prf);
     r->n_dims = (int)(cfg->head_dim * prf);
     if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
         return err_set(GERBIL_ERR_FORMAT, "%s: partial_rotary_factor %g gives %d rotary dims for head_dim %d",
@@ -112,15 +144,15 @@ static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_
     if (r->type == ROPE_DEFAULT) return GERBIL_OK;
 
     r->factor = json_get_num(rp, "factor", 0.0);
-    if (!(r->factor > 0.0))
+    if (!(r->factor > 0.0) || !isfinite(r->factor))
         return err_set(GERBIL_ERR_FORMAT, "%s: %s: rope type \"%s\" needs a positive \"factor\"", path, what, type);
-    r->orig_max_pos = (int)json_get_int(rp, "original_max_position_embeddings", cfg->n_ctx_train);
-    if (r->orig_max_pos < 1)
-        return err_set(GERBIL_ERR_FORMAT, "%s: original_max_position_embeddings must be positive", path);
+    GB_TRY(get_int_in(rp, "original_max_position_embeddings", cfg->n_ctx_train, 1, CONFIG_MAX_INT, path,
+                      &r->orig_max_pos));
     if (r->type == ROPE_LLAMA3) {
         r->low_freq_factor = json_get_num(rp, "low_freq_factor", 1.0);
         r->high_freq_factor = json_get_num(rp, "high_freq_factor", 4.0);
-        if (!(r->high_freq_factor > r->low_freq_factor))
+        if (!(r->high_freq_factor > r->low_freq_factor) || !isfinite(r->high_freq_factor) ||
+            !isfinite(r->low_freq_factor))
             return err_set(GERBIL_ERR_FORMAT, "%s: llama3 rope needs high_freq_factor > low_freq_factor", path);
     }
     if (r->type == ROPE_YARN) {
@@ -130,6 +162,9 @@ static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_
         r->mscale = json_get_num(rp, "mscale", 0.0);
         r->mscale_all_dim = json_get_num(rp, "mscale_all_dim", 0.0);
         r->truncate = json_get_bool(rp, "truncate", 1);
+        if (!isfinite(r->attention_factor) || !isfinite(r->beta_fast) || !isfinite(r->beta_slow) ||
+            !isfinite(r->mscale) || !isfinite(r->mscale_all_dim) || r->attention_factor < 0)
+            return err_set(GERBIL_ERR_FORMAT, "%s: %s: yarn parameters must be finite numbers", path, what);
     }
     return GERBIL_OK;
 }
@@ -198,7 +233,9 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
     cfg->layer_kind = calloc((size_t)cfg->n_layer, 1);
     if (!cfg->layer_sliding || !cfg->layer_kind) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    int window = (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) ? (int)sw->valuedouble : 0;
+    int window = 0;
+    /* 0 and negative windows mean "none" in some configs; huge or fractional ones are errors */
+    if (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) GB_TRY(get_int_in(root, "sliding_window", 0, 1, CONFIG_MAX_INT, path, &window));
     if (cfg->arch == ARCH_GEMMA3 && !sw) window = 4096; /* Gemma3TextConfig's default */
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && cJSON_IsArray(lt)) {
@@ -220,20 +257,22 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
     } else if (cfg->arch == ARCH_LFM2) {
         GB_TRY(read_full_attn_idxs(root, path, cfg));
     } else if (is_hybrid(cfg->arch)) {
-        int every = (int)json_get_int(root, "full_attention_interval", 4);
-        if (every < 1) return err_set(GERBIL_ERR_FORMAT, "%s: full_attention_interval must be positive", path);
+        int every;
+        GB_TRY(get_int_in(root, "full_attention_interval", 4, 1, CONFIG_MAX_INT, path, &every));
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % every ? LAYER_DELTANET : LAYER_ATTENTION;
     } else if (cfg->arch == ARCH_GEMMA3) {
         /* older Gemma 3 configs: every sliding_window_pattern-th layer is global */
-        int pattern = (int)json_get_int(root, "sliding_window_pattern", 6);
-        if (pattern < 1)
-            return err_set(GERBIL_ERR_FORMAT, "%s: sliding_window_pattern must be positive", path);
+        int pattern;
+        GB_TRY(get_int_in(root, "sliding_window_pattern", 6, 1, CONFIG_MAX_INT, path, &pattern));
         for (int i = 0; window > 0 && i < cfg->n_layer; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
     } else if (window > 0) {
         int use = 1, first = 0;
         if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
             use = json_get_bool(root, "use_sliding_window", 0);
-            first = (int)json_get_int(root, "max_window_layers", cfg->n_layer);
+            /* transformers: layer i slides when i >= max_window_layers (a negative value: every
+             * layer; past the last layer: none) */
+            GB_TRY(get_int_in(root, "max_window_layers", cfg->n_layer, -CONFIG_MAX_INT, CONFIG_MAX_INT, path, &first));
+            if (first < 0) first = 0;
         } else if (cfg->arch == ARCH_LLAMA) {
             use = 0;
         }
@@ -357,8 +396,8 @@ static gerbil_status read_mlx_quant(const cJSON *root, const char *path, struct 
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: quantization method \"%s\" is not supported "
                        "(supported: MLX affine safetensors, GGUF)", path, method);
     struct mlx_quant *m = &cfg->mlx;
-    m->bits = (int)json_get_int(q, "bits", 0);
-    m->group_size = (int)json_get_int(q, "group_size", 64);
+    GB_TRY(get_int_in(q, "bits", 0, 0, 64, path, &m->bits));
+    GB_TRY(get_int_in(q, "group_size", 64, 0, 1 << 20, path, &m->group_size));
     const char *mode = json_get_str(q, "mode", "affine");
     if (strcmp(mode, "affine") != 0)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: MLX quantization mode \"%s\" is not supported (only affine)",
@@ -374,8 +413,9 @@ static gerbil_status read_mlx_quant(const cJSON *root, const char *path, struct 
         if (!cJSON_IsObject(e) && !cJSON_IsFalse(e)) continue;
         struct mlx_quant_override *o = &m->over[m->n_over++];
         if (!(o->module = strdup(e->string))) return err_set(GERBIL_ERR_NOMEM, "out of memory");
-        o->bits = cJSON_IsFalse(e) ? 0 : (int)json_get_int(e, "bits", m->bits);
-        o->group_size = cJSON_IsFalse(e) ? 0 : (int)json_get_int(e, "group_size", m->group_size);
+        if (cJSON_IsFalse(e)) continue;
+        GB_TRY(get_int_in(e, "bits", m->bits, 0, 64, path, &o->bits));
+        GB_TRY(get_int_in(e, "group_size", m->group_size, 0, 1 << 20, path, &o->group_size));
     }
     for (int i = -1; i < m->n_over; i++) {
         int bits = i < 0 ? m->bits : m->over[i].bits, gs = i < 0 ? m->group_size : m->over[i].group_size;
@@ -417,11 +457,11 @@ static gerbil_status read_gemma3(const cJSON *root, const char *path, struct mod
     cfg->embd_scale = 1;
     cfg->attn_qkv_bias = cfg->attn_o_bias = json_get_bool(root, "attention_bias", 0);
     double qpas = json_get_num(root, "query_pre_attn_scalar", 256.0);
-    if (!(qpas > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
+    if (!(qpas >= 1e-6 && qpas <= 1e12)) return err_set(GERBIL_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
     cfg->attn_scale = (float)pow(qpas, -0.5); /* torch: scores * (query_pre_attn_scalar ** -0.5) */
     const cJSON *cap = cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping");
     if (cap && !cJSON_IsNull(cap)) {
-        if (!cJSON_IsNumber(cap) || !(cap->valuedouble > 0))
+        if (!cJSON_IsNumber(cap) || !(cap->valuedouble > 0 && cap->valuedouble <= 1e30))
             return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must be a positive number or null", path);
         cfg->final_softcap = (float)cap->valuedouble;
     }
@@ -478,7 +518,9 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     if (cfg->n_layer > MODEL_MAX_LAYERS)
         return err_set(GERBIL_ERR_FORMAT, "%s: num_hidden_layers %d is absurd", path, cfg->n_layer);
     const char *eps_key = lfm2 ? "norm_eps" : "rms_norm_eps";
-    cfg->norm_eps = (float)json_get_num(root, eps_key, lfm2 ? 1e-5 : 1e-6);
+    const double eps = json_get_num(root, eps_key, lfm2 ? 1e-5 : 1e-6);
+    if (!(eps > 0 && eps <= 1)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be in (0, 1]", path, eps_key);
+    cfg->norm_eps = (float)eps;
     if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be positive", path, eps_key);
 
     cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", json_get_bool(top, "tie_word_embeddings", g || lfm2));
@@ -518,9 +560,9 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     if (!dt) dt = json_get_str(top, "dtype", "");
     snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt);
 
-    read_bos(root, cfg);
-    read_eos(root, cfg);
-    if (root != top) { read_bos(top, cfg); read_eos(top, cfg); }
+    GB_TRY(read_bos(root, path, cfg));
+    GB_TRY(read_eos(root, path, cfg));
+    if (root != top) { GB_TRY(read_bos(top, path, cfg)); GB_TRY(read_eos(top, path, cfg)); }
     GB_TRY(read_rope(root, path, cfg));
     GB_TRY(read_layer_types(root, path, cfg));
     GB_TRY(read_mlx_quant(top, path, cfg));
@@ -545,8 +587,12 @@ gerbil_status model_config_load(const char *dir, struct model_config *cfg) {
     if (file_exists(path)) {
         st = json_load_file(path, &root);
         if (st != GERBIL_OK) { model_config_free(cfg); return st; }
-        if (cJSON_IsObject(root)) { read_bos(root, cfg); read_eos(root, cfg); }
+        if (cJSON_IsObject(root)) {
+            st = read_bos(root, path, cfg);
+            if (st == GERBIL_OK) st = read_eos(root, path, cfg);
+        }
         cJSON_Delete(root);
+        if (st != GERBIL_OK) { model_config_free(cfg); return st; }
     }
     return GERBIL_OK;
 }

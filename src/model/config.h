@@ -43,6 +43,9 @@ struct rope_config {
 };
 
 enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
+/* The largest integer a config.json size or GGUF u32 metadata value may hold (INT_MAX / 2),
+ * so sums and products of two stay in range (docs/ARCHITECTURE.md, Limits). */
+enum { CONFIG_MAX_INT = 1073741823 };
 
 /* What mixes tokens in a layer. */
 enum layer_kind {

@@ -32,6 +32,9 @@ static gerbil_status arch_u32_x(const struct gguf_file *f, const char *arch, con
     GB_TRY(gguf_get_u32(f, key, def, out));
     if (*out == 0 && !zero_ok)
         return err_set(GERBIL_ERR_FORMAT, "%s: missing or zero metadata \"%s\"", path, key);
+    if (*out > CONFIG_MAX_INT) /* as config.json's sizes: an int, and twice it too */
+        return err_set(GERBIL_ERR_FORMAT, "%s: metadata \"%s\" = %u is out of range (at most %d)", path, key, *out,
+                       CONFIG_MAX_INT);
     return GERBIL_OK;
 }
 
@@ -40,11 +43,15 @@ static gerbil_status arch_u32(const struct gguf_file *f, const char *arch, const
     return arch_u32_x(f, arch, suffix, def, 0, path, out);
 }
 
+/* "{arch}.{suffix}" as a finite f32: def when absent. */
 static gerbil_status arch_f32(const struct gguf_file *f, const char *arch, const char *suffix, float def,
                               float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, def, out);
+    GB_TRY(gguf_get_f32(f, key, def, out));
+    if (!isfinite(*out))
+        return err_set(GERBIL_ERR_FORMAT, "%s: metadata \"%s\" = %g is not a finite number", f->map.path, key, *out);
+    return GERBIL_OK;
 }
 
 /* {arch}.attention.head_count_kv: one number, or (LFM2) one per layer where 0 marks a
@@ -135,7 +142,16 @@ static gerbil_status gguf_moe(const struct gguf_file *f, const char *arch, const
     return GERBIL_OK;
 }
 
+static gerbil_status from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
+
+/* On failure cfg is freed (and zeroed) here, as model_config_load does. */
 gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
+    gerbil_status st = from_gguf(f, path, cfg);
+    if (st != GERBIL_OK) model_config_free(cfg);
+    return st;
+}
+
+static gerbil_status from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = -1;
     const char *arch = gguf_get_str(f, "general.architecture");
@@ -171,6 +187,9 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
 
     const struct gb_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return err_set(GERBIL_ERR_FORMAT, "%s: no 2-D tensor \"token_embd.weight\"", path);
+    if (emb->ne[0] > CONFIG_MAX_INT)
+        return err_set(GERBIL_ERR_FORMAT, "%s: token_embd.weight has %lld rows, more than %d", path,
+                       (long long)emb->ne[0], CONFIG_MAX_INT);
     cfg->n_vocab = (int)emb->ne[0];
     cfg->tie_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
     switch (cfg->arch) {
@@ -214,6 +233,8 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     struct rope_config *r = &cfg->rope;
     float theta;
     GB_TRY(arch_f32(f, arch, "rope.freq_base", 10000.0f, &theta));
+    if (!(theta > 1.0f)) /* as rope_theta in config.json */
+        return err_set(GERBIL_ERR_FORMAT, "%s: %s.rope.freq_base = %g must be > 1", path, arch, theta);
     r->theta = theta;
     GB_TRY(arch_u32(f, arch, "rope.dimension_count", (uint32_t)cfg->head_dim, path, &v));
     r->n_dims = (int)v;
@@ -268,12 +289,13 @@ gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path
     if (cfg->arch == ARCH_QWEN35 || cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_deltanet(f, arch, path, cfg));
     if (cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_moe(f, arch, path, cfg));
 
+    /* special ids: UINT32_MAX (absent) and anything outside the vocabulary name no token */
     GB_TRY(gguf_get_u32(f, "tokenizer.ggml.bos_token_id", UINT32_MAX, &v));
-    if (v != UINT32_MAX) cfg->bos_id = (int32_t)v;
+    if (v < (uint32_t)cfg->n_vocab) cfg->bos_id = (int32_t)v;
     GB_TRY(gguf_get_u32(f, "tokenizer.ggml.eos_token_id", UINT32_MAX, &v));
-    if (v != UINT32_MAX) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    if (v < (uint32_t)cfg->n_vocab) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
     GB_TRY(gguf_get_u32(f, "tokenizer.ggml.eot_token_id", UINT32_MAX, &v));
-    if (v != UINT32_MAX && (cfg->n_eos == 0 || cfg->eos_ids[0] != (int32_t)v)) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    if (v < (uint32_t)cfg->n_vocab && (cfg->n_eos == 0 || cfg->eos_ids[0] != (int32_t)v)) cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
     snprintf(cfg->dtype, sizeof cfg->dtype, "gguf");
     return GERBIL_OK;
 }

@@ -16,6 +16,42 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The sizes a config states, checked against the tensors before anything is allocated
+ * from them: the embedding must be [vocab, hidden] (MLX: hidden packed into u32 words),
+ * and no size may exceed the largest dimension of any tensor in the file (every size is
+ * the dimension of some weight), so the loader's allocations stay bounded by the file. */
+static gerbil_status check_sizes(const struct gerbil_model *m) {
+    const struct model_config *c = &m->cfg;
+    const struct gb_tensor *e = wsrc_find(&m->src, "model.embed_tokens.weight");
+    char fname[256];
+    const char *en = wsrc_file_name(&m->src, "model.embed_tokens.weight", fname, sizeof fname);
+    if (!e) return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", en);
+    const int mlx = e->type == GB_TYPE_U32; /* packed words: 2 to 8 bits per value */
+    if (e->n_dims != 2 || e->ne[0] != c->n_vocab || (mlx ? e->ne[1] * 16 < c->n_embd : e->ne[1] != c->n_embd))
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\" has shape [%lld, %lld]%s, but the configuration says "
+                       "vocabulary %d and hidden size %d", e->name, (long long)e->ne[0],
+                       (long long)(e->n_dims > 1 ? e->ne[1] : 0), mlx ? " (packed)" : "", c->n_vocab, c->n_embd);
+    int64_t max_dim = 0;
+    for (int i = 0; i < wsrc_n_tensors(&m->src); i++) {
+        const struct gb_tensor *t = wsrc_at(&m->src, i);
+        for (int d = 0; d < t->n_dims; d++) {
+            int64_t n = t->ne[d] * (t->type == GB_TYPE_U32 ? 16 : 1);
+            if (n > max_dim) max_dim = n;
+        }
+    }
+    const struct { const char *what; int64_t n; } sizes[] = {
+        {"intermediate size", c->n_ff}, {"attention width (heads x head_dim)", (int64_t)c->n_head * c->head_dim},
+        {"KV width (kv heads x head_dim)", (int64_t)c->n_head_kv * c->head_dim},
+        {"expert width", c->moe.n_expert ? c->moe.n_ff_exp : 0},
+        {"shared expert width", c->moe.n_expert ? c->moe.n_ff_shexp : 0},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].n > max_dim)
+            return err_set(GERBIL_ERR_FORMAT, "the configuration's %s %lld is larger than any tensor dimension in the "
+                           "checkpoint (at most %lld)", sizes[i].what, (long long)sizes[i].n, (long long)max_dim);
+    return GERBIL_OK;
+}
+
 gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *params,
                                 gerbil_model_t *out) {
     *out = NULL;
@@ -48,6 +84,8 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
     m->src.mlx = &m->cfg.mlx;
     m->src.arch = m->cfg.arch;
     wsrc_detect_prefix(&m->src);
+    st = check_sizes(m);
+    if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
     st = backend_new(p.backend ? p.backend : p.reference_kernels ? "ref" : NULL, p.n_threads, &m->be);
     if (st != GERBIL_OK) goto fail;
     m->src.be = m->be;

@@ -142,6 +142,8 @@ const struct gb_tensor *wsrc_at(const struct weight_source *s, int i) {
 int norm_weights_shifted(const struct gb_tensor *t) {
     const int64_t n = tensor_nelements(t);
     if (!type_traits(t->type)->is_float || n <= 0 || n > (1 << 20)) return 0;
+    /* misaligned data (an odd-length safetensors header) is refused when it is bound */
+    if ((uintptr_t)t->data % type_traits(t->type)->type_size) return 0;
     float buf[256];
     double sum = 0;
     for (int64_t i = 0; i < n; i += 256) {

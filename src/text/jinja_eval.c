@@ -360,9 +360,12 @@ static jv *repeat(jctx *c, int line, jv *seq, int64_t times) {
     size_t unit = seq->type == JV_STR ? seq->s.n : seq->l.n;
     if (unit && (uint64_t)times > (uint64_t)JINJA_MAX_OUTPUT / unit) return jerr(c, line, "result too large");
     if (seq->type == JV_STR) {
+        /* by doubling: 'x' * 30000000 is 25 copies, not 3e7 appends (the old buffer stays in the arena) */
         jsb b = {0};
-        for (int64_t k = 0; k < times; k++)
-            if (jsb_put(c, &b, seq->s.p, seq->s.n)) return NULL;
+        const size_t total = unit * (size_t)times;
+        if (total && jsb_put(c, &b, seq->s.p, unit)) return NULL;
+        while (b.n < total)
+            if (jsb_put(c, &b, b.p, b.n < total - b.n ? b.n : total - b.n)) return NULL;
         return jsb_to_str(c, &b);
     }
     jv *r = jv_list(c, unit * (size_t)times);

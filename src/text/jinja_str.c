@@ -204,7 +204,9 @@ jv *jstr_splitlines(jctx *c, const char *p, size_t n) {
 
 jv *jstr_pad(jctx *c, jv *s, int64_t width, char mode, const char *fill) {
     int64_t len = (int64_t)jv_utf8_len(s->s.p, s->s.n);
-    if (width > JINJA_MAX_OUTPUT) width = JINJA_MAX_OUTPUT;
+    if (width > JINJA_MAX_OUTPUT)
+        return jerr(c, 0, "%s width %lld is past the %d MiB string limit",
+                    mode == 'l' ? "ljust" : mode == 'r' ? "rjust" : "center", (long long)width, JINJA_MAX_OUTPUT >> 20);
     if (width <= len) return s;
     int64_t marg = width - len, left = mode == 'l' ? 0 : mode == 'r' ? marg : marg / 2 + (marg & width & 1);
     jsb b = {0};
@@ -532,9 +534,22 @@ static jv *m_format(jctx *c, jv *s, jargs *a, int line) {
     return jsb_to_str(c, &b);
 }
 
-static jv *m_pad_l(jctx *c, jv *s, jargs *a, int line) { jv *w = jarg(a, 0, "width"); return jstr_pad(c, s, w && jv_is_num(w) ? w->i : 0, 'l', " "); }
-static jv *m_pad_r(jctx *c, jv *s, jargs *a, int line) { jv *w = jarg(a, 0, "width"); return jstr_pad(c, s, w && jv_is_num(w) ? w->i : 0, 'r', " "); }
-static jv *m_center(jctx *c, jv *s, jargs *a, int line) { jv *w = jarg(a, 0, "width"); return jstr_pad(c, s, w && jv_is_num(w) ? w->i : 0, 'c', " "); }
+/* str.ljust / rjust / center (width[, fillchar]): Python wants one character to fill with. */
+static jv *m_pad(jctx *c, jv *s, jargs *a, int line, char mode) {
+    jv *w = jarg(a, 0, "width"), *f = jarg(a, 1, "fillchar");
+    char fill[8] = " ";
+    if (f) {
+        if (f->type != JV_STR || jv_utf8_len(f->s.p, f->s.n) != 1 || f->s.n >= sizeof fill)
+            return jerr(c, line, "%s: the fill character must be exactly one character long",
+                        mode == 'l' ? "ljust" : mode == 'r' ? "rjust" : "center");
+        memcpy(fill, f->s.p, f->s.n);
+        fill[f->s.n] = 0;
+    }
+    return jstr_pad(c, s, w && jv_is_num(w) ? w->i : 0, mode, fill);
+}
+static jv *m_pad_l(jctx *c, jv *s, jargs *a, int line) { return m_pad(c, s, a, line, 'l'); }
+static jv *m_pad_r(jctx *c, jv *s, jargs *a, int line) { return m_pad(c, s, a, line, 'r'); }
+static jv *m_center(jctx *c, jv *s, jargs *a, int line) { return m_pad(c, s, a, line, 'c'); }
 
 static jv *classify(jv *s, int kind) {
     if (!s->s.n) return JV_FALSE;

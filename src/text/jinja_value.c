@@ -76,7 +76,8 @@ void *jerr(jctx *c, int line, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->status = err_set(GERBIL_ERR_FORMAT, "template line %d: %s", line, msg);
+    if (line > 0) c->status = err_set(GERBIL_ERR_FORMAT, "template line %d: %s", line, msg);
+    else c->status = err_set(GERBIL_ERR_FORMAT, "template: %s", msg); /* a limit of the whole render */
     return NULL;
 }
 

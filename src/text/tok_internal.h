@@ -73,6 +73,9 @@ void tk_strmap_free(tk_strmap *m);
 int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes); /* 0 ok */
 /* Many lookups at once (cnt <= TK_BATCH), overlapping their cache misses. */
 #define TK_BATCH 384
+/* Vocabulary ids past the number of entries a tokenizer.json holds (holes that added tokens
+ * fill); a file naming id 2147483646 with one entry is refused, not a 16 GB table. */
+enum { TK_MAX_ID_HOLES = 1 << 20 };
 void tk_strmap_find_batch(const tk_strmap *m, const char *const *k, const size_t *n, int64_t *out, size_t cnt);
 
 /* u64 -> u64 (keys != UINT64_MAX). */
@@ -179,6 +182,9 @@ int tk_split_piece(const tk_piece *pc, const tk_spans *m, int behavior, tk_piece
 typedef struct tk_norm tk_norm;
 gerbil_status tk_norm_parse(const cJSON *j, const char *path, tk_norm **out);
 void tk_norm_free(tk_norm *n);
+/* How much the normalizer can shrink text: input bytes <= the result * (bytes of output);
+ * 1: never shrinks; 0: no bound (it deletes characters). For gerbil_tokenizer_max_token_bytes. */
+int tk_norm_shrink(const tk_norm *n);
 /* Normalize s in place. *first_lost is set when leading characters were removed (the
  * piece then no longer starts at original offset 0). */
 gerbil_status tk_norm_apply(const tk_norm *n, tk_ctx *cx, tk_buf *s, int *first_lost);
@@ -187,6 +193,8 @@ gerbil_status tk_norm_apply(const tk_norm *n, tk_ctx *cx, tk_buf *s, int *first_
 typedef struct tk_pretok tk_pretok;
 gerbil_status tk_pretok_parse(const cJSON *j, const char *path, tk_pretok **out);
 void tk_pretok_free(tk_pretok *p);
+/* Every byte of the text ends up in some piece (no split behaviour removes text). */
+int tk_pretok_keeps_text(const tk_pretok *p);
 /* Split the pieces without an id; *pcs is replaced. */
 gerbil_status tk_pretok_apply(const tk_pretok *p, tk_ctx *cx, tk_pieces *pcs);
 /* The GPT-2 byte <-> char tables. */

@@ -19,6 +19,11 @@ static gerbil_status build_vocab(tk_model *m, tk_rawvocab *rv, const char *path)
                            (int)(rv->len[i] > 100 ? 100 : rv->len[i]), rv->strs.p + rv->off[i]);
         if ((int32_t)v > max_id) max_id = (int32_t)v;
     }
+    /* ids may leave holes (added tokens fill them), but not unboundedly many: the table is
+     * bounded by what the file holds */
+    if ((size_t)max_id >= rv->n + TK_MAX_ID_HOLES)
+        return err_set(GERBIL_ERR_FORMAT, "%s: model.vocab: id %d with only %zu entries (ids may skip at most %d)",
+                       path, (int)max_id, rv->n, TK_MAX_ID_HOLES);
     m->n_ids = max_id + 1;
     m->id_ent = malloc(((size_t)m->n_ids + 1) * sizeof *m->id_ent);
     if (!m->id_ent) return GERBIL_ERR_NOMEM;

@@ -18,8 +18,29 @@ struct tk_norm {
     char *content;                      /* Replace content, Prepend */
     size_t content_len;
     tk_regex re;                        /* Replace */
+    size_t pat_len;                     /* Replace: a {"String"} pattern's length; SIZE_MAX for a regex */
     int clean_text, chinese, strip_accents, lowercase; /* BertNormalizer */
 };
+
+int tk_norm_shrink(const tk_norm *n) {
+    if (!n) return 1;
+    switch (n->type) {
+    case N_SEQ: {
+        int f = 1;
+        for (int i = 0; i < n->n_kids && f; i++) {
+            int k = tk_norm_shrink(n->kids[i]);
+            f = k && f <= 64 / k ? f * k : 0;
+        }
+        return f;
+    }
+    /* composition (a Hangul L V T run: 9 bytes to 3), compatibility forms (U+2126 to
+     * U+03A9) and lowercasing (U+212A KELVIN SIGN, 3 bytes, to 'k') shrink by at most 3 */
+    case N_NFC: case N_NFD: case N_NFKC: case N_NFKD: case N_LOWER: return 4;
+    case N_PREPEND: case N_BYTELEVEL: return 1;
+    case N_REPLACE: return n->pat_len != SIZE_MAX && n->content_len >= n->pat_len ? 1 : 0;
+    default: return 0; /* Strip, StripAccents, BertNormalizer, Nmt: they delete characters */
+    }
+}
 
 void tk_norm_free(tk_norm *n) {
     if (!n) return;
@@ -97,6 +118,8 @@ gerbil_status tk_norm_parse(const cJSON *j, const char *path, tk_norm **out) {
         if (!cJSON_IsString(c)) st = err_set(GERBIL_ERR_FORMAT, "%s: Replace normalizer without \"content\"", path);
         else if (!(n->content = dup_str(c->valuestring, &n->content_len))) st = GERBIL_ERR_NOMEM;
         else st = tk_parse_pattern(cJSON_GetObjectItemCaseSensitive(j, "pattern"), &n->re, "Replace normalizer", path);
+        const cJSON *lit = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "pattern"), "String");
+        n->pat_len = cJSON_IsString(lit) ? strlen(lit->valuestring) : SIZE_MAX;
     } else if (!strcmp(t, "BertNormalizer")) {
         n->type = N_BERT;
         const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "strip_accents");

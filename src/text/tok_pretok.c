@@ -51,6 +51,19 @@ struct tk_pretok {
     int individual;                  /* Digits */
 };
 
+int tk_pretok_keeps_text(const tk_pretok *p) {
+    if (!p) return 1;
+    switch (p->type) {
+    case P_SEQ:
+        for (int i = 0; i < p->n_kids; i++)
+            if (!tk_pretok_keeps_text(p->kids[i])) return 0;
+        return 1;
+    case P_BYTELEVEL: case P_METASPACE: case P_DIGITS: return 1;
+    case P_SPLIT: case P_PUNCT: return p->behavior != TK_SPLIT_REMOVED;
+    default: return 0; /* Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit drop text */
+    }
+}
+
 void tk_pretok_free(tk_pretok *p) {
     if (!p) return;
     for (int i = 0; i < p->n_kids; i++) tk_pretok_free(p->kids[i]);

@@ -2,6 +2,7 @@
  * tokenizer pipeline. */
 #include "text/tok_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -466,8 +467,17 @@ gerbil_status tk_regex_find_matches(const tk_regex *re, tk_ctx *cx, const char *
     size_t prev = 0, pos = 0;
     while (pos <= n) {
         int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, cx->md, NULL);
+        /* the JIT's stack (32 KiB by default) overflows on long pieces some patterns
+         * backtrack over; the interpreter keeps its backtracking on the heap */
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+            rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, cx->md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0 && rc != 0) return err_set(GERBIL_ERR_UNSUPPORTED, "regex match failed (PCRE2 error %d)", rc);
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "unknown error");
+            return err_set(GERBIL_ERR_UNSUPPORTED, "pre-tokenizer regex failed on a piece of %zu bytes at byte %zu: %s "
+                           "(PCRE2 error %d)", n, pos, (const char *)msg, rc);
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(cx->md);
         size_t ms = ov[0], me = ov[1];
         if (ms != prev && tk_spans_push(out, (uint32_t)prev, (uint32_t)ms, 0)) return GERBIL_ERR_NOMEM;

@@ -298,6 +298,41 @@ const char *gerbil_tokenizer_chat_template(gerbil_tokenizer_t t, const char *nam
     return NULL;
 }
 
+/* The most bytes of input one token can stand for, or 0 when there is no such bound; see
+ * gerbil.h. Every input byte must land in some token: nothing deletes text (normalizer,
+ * pre-tokenizer, strip flags of added tokens), and the model has a token for any
+ * character (byte fallback, the byte-level alphabet, or one unknown token per character). */
+int gerbil_tokenizer_max_token_bytes(gerbil_tokenizer_t t) {
+    if (!t) return 0;
+    const tk_model *m = &t->model;
+    const int shrink = tk_norm_shrink(t->normalizer);
+    if (!shrink || !tk_pretok_keeps_text(t->pretok)) return 0;
+    int all_bytes = m->byte_fallback, alphabet = 1;
+    for (int b = 0; b < 256; b++) {
+        all_bytes &= m->byte_ids[b] >= 0;
+        char u[4];
+        int k = tk_utf8_encode(u, tk_byte_to_cp[b]);
+        alphabet &= tk_strmap_find(&m->vocab, u, (size_t)k) >= 0;
+    }
+    size_t longest = 0;
+    if (m->type == TK_MODEL_BPE) {
+        if (!all_bytes && !alphabet && !(m->unk_id >= 0 && !m->fuse_unk)) return 0;
+        longest = 4; /* an unknown character */
+    } else if (m->type != TK_MODEL_UNIGRAM || !all_bytes) {
+        return 0; /* WordPiece / WordLevel: one [UNK] for a whole word */
+    }
+    for (size_t i = 0; i < m->vocab.n; i++)
+        if (m->vocab.ents[i].len > longest) longest = m->vocab.ents[i].len;
+    for (size_t i = 0; i < t->added.n; i++) {
+        const tk_added_tok *a = &t->added.v[i];
+        if (a->lstrip || a->rstrip) return 0; /* they take any run of whitespace with them */
+        if (a->len > longest) longest = a->len;
+        if (a->norm && a->norm_len > longest) longest = a->norm_len;
+    }
+    const size_t b = longest * (size_t)shrink;
+    return b > INT32_MAX ? 0 : (int)b;
+}
+
 /* ---- encode ---- */
 static gerbil_status encode(const struct gerbil_tokenizer *t, tk_ctx *cx, tk_buf *arena, int add_special, tk_ids *ids) {
     tk_pieces p1 = {.text = arena}, p2 = {.text = arena};

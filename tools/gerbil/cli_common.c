@@ -12,7 +12,9 @@
 
 int cli_fail(const char *what, gerbil_status st) {
     const char *msg = gerbil_last_error();
-    fprintf(stderr, "gerbil: %s: %s%s%s\n", what, gerbil_status_name(st), msg[0] ? ": " : "", msg);
+    const char *name = gerbil_status_name(st);
+    if (!strncmp(msg, name, strlen(name))) name = ""; /* "out of memory ..." says it already */
+    fprintf(stderr, "gerbil: %s: %s%s%s\n", what, name, msg[0] && name[0] ? ": " : "", msg);
     return 1;
 }
 

@@ -179,8 +179,16 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
     struct textgen_out out = {0};
     if (ids_arg && cli_parse_ids(ids_arg, &prompt, &n_prompt)) return 2;
     if (file) {
-        if (!(text = stdin_text = cli_read_file(file, NULL))) {
+        size_t n_file = 0;
+        if (!(text = stdin_text = cli_read_file(file, &n_file))) {
             fprintf(stderr, "gerbil run: -f: cannot read %s: %s\n", file, strerror(errno));
+            return 2;
+        }
+        const char *nul = memchr(stdin_text, 0, n_file); /* a C-string prompt would silently end there */
+        if (nul) {
+            fprintf(stderr, "gerbil run: -f: %s holds a NUL byte at offset %zu (of %zu); the prompt must be text\n", file,
+                    (size_t)(nul - stdin_text), n_file);
+            free(stdin_text);
             return 2;
         }
         strip_newline(stdin_text);
@@ -197,8 +205,25 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
             goto done;
         }
         if (!strcmp(text, "-")) {
-            if (!(text = stdin_text = cli_read_all(stdin, NULL))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            size_t n_in = 0;
+            if (!(text = stdin_text = cli_read_all(stdin, &n_in))) { fprintf(stderr, "gerbil run: cannot read stdin\n"); goto done; }
+            const char *nul = memchr(stdin_text, 0, n_in); /* a C-string prompt would silently end there */
+            if (nul) {
+                fprintf(stderr, "gerbil run: stdin holds a NUL byte at offset %zu (of %zu); the prompt must be text\n",
+                        (size_t)(nul - stdin_text), n_in);
+                goto done;
+            }
             strip_newline(stdin_text);
+        }
+        /* a cheap early bound, before a huge prompt is rendered and tokenized */
+        const int mtb = gerbil_tokenizer_max_token_bytes(tg.tok), n_ctx = o.n_ctx > 0 ? o.n_ctx : 4096;
+        /* (before the load: --ctx-size, else the default context's upper bound, 4096 positions;
+         * the exact count is checked once the prompt is tokenized) */
+        if (mtb > 0 && strlen(text) / (size_t)mtb > (size_t)n_ctx) {
+            fprintf(stderr, "gerbil run: the prompt of %zu bytes is at least %zu tokens (at most %d bytes a token), "
+                            "so it does not fit the context of %d tokens; use a larger --ctx-size or a shorter prompt\n",
+                    strlen(text), strlen(text) / (size_t)mtb, mtb, n_ctx);
+            goto done;
         }
         if (tg.tmpl && !raw) {
             if (system && !(messages = textgen_messages_add(messages, "system", system))) goto oom;

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { MAX_VARS = 64 };
 
@@ -80,7 +81,8 @@ int cmd_template(int argc, char **argv) {
     if (model) model = path;
     gerbil_status st = GERBIL_OK;
     struct stat sb;
-    if (model && stat(model, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    const int is_file = model && stat(model, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (is_file) {
         /* a GGUF file: its tokenizer.chat_template, read as run and chat read it */
         struct textgen tg = {.template_file = tfile};
         if (textgen_load_text(&tg, model)) goto done;
@@ -91,8 +93,12 @@ int cmd_template(int argc, char **argv) {
     }
     if (st != GERBIL_OK) { cli_fail("cannot load the chat template", st); goto done; }
     if (!ct) {
-        fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
-                        "in tokenizer_config.json); pass --template FILE\n", model);
+        if (is_file)
+            fprintf(stderr, "gerbil template: %s has no chat template (no tokenizer.chat_template in the GGUF "
+                            "metadata); pass --template FILE\n", model);
+        else
+            fprintf(stderr, "gerbil template: %s has no chat template (no chat_template.jinja, no \"chat_template\" "
+                            "in tokenizer_config.json); pass --template FILE\n", model);
         goto done;
     }
     if (!(msgs = json_file("messages", messages, 1))) goto done;

@@ -233,7 +233,7 @@ enum act_kind {
 
 /* Round to nearest even for |v| < 2^22 (what lrintf does in the default rounding
  * mode, without the libm call): adding 1.5 * 2^23 leaves no fraction bits. */
-static inline int round_near(float v) { return (int)((v + 12582912.0f) - 12582912.0f); }
+static inline int round_near(float v) { v = v < 4194304.0f ? (v > -4194304.0f ? v : v == v ? -4194304.0f : 0.0f) : (v == v ? 4194304.0f : 0.0f); return (int)((v + 12582912.0f) - 12582912.0f); } /* NaN/Inf activations (broken weights): clamped, not UB */
 
 /* fmaxf(m, |v|) for m >= 0 (a NaN v leaves m), without the libm call fmaxf is at -O2
  * (it was 2.6% of a Q4_K_M prefill) */
