@@ -12,7 +12,7 @@ SECS=${1:-20}
 shift || true
 B=${GERBIL_FUZZ_BUILD:-build-fuzz}
 JOBS=$(nproc 2>/dev/null || echo 2)
-CC=clang cmake -S . -B "$B" -DGERBIL_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null || exit 1
+CC=clang cmake -S . -B "$B" -DGERBIL_FUZZ=ON -DGERBIL_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null || exit 1
 cmake --build "$B" -j"$JOBS" >/dev/null || { cmake --build "$B" 2>&1 | tail -20; exit 1; }
 python3 fuzz/make_corpus.py "$B/corpus" || exit 1
 names=("$@")
