@@ -55,6 +55,67 @@ void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 #undef K
 }
 
+/* Q8_0, R rows x T tokens per pass (prefill: each weight block and each x block loaded
+ * once for the whole tile). One accumulator per (row, token), the blocks in order, so a
+ * token's value has the same bits whatever the tile (decode: 4 rows x 1 token, four
+ * independent chains). The step product dw dx is one vmulps per pair. */
+static ALWAYS_INLINE void q8_0_rt(int nb, const char *row0, size_t rb, const char *xq, size_t xs, int R, int T,
+                                  float *y, size_t ldy) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < nb; i++) {
+        __m256i wv[4], aw[4];
+        __m256 dw[4];
+        UNROLL_T for (int r = 0; r < R; r++) {
+            const block_q8_0 *wb = (const block_q8_0 *)(row0 + (size_t)r * rb) + i;
+            wv[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+            aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            dw[r] = _mm256_set1_ps(h2f(wb->d));
+        }
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            __m256 dx = _mm256_broadcast_ss(&xb->d);
+            UNROLL_T for (int r = 0; r < R; r++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+                acc[r][u] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][u]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy + r] = hsum8(acc[r][u]);
+}
+
+void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                     size_t ldy) {
+    int nb = n / 32;
+    const char *w = row0, *x = xq;
+    if (nt == 1) { /* decode: any nr, 4 rows a pass */
+        int r = 0;
+        for (; r + 4 <= nr; r += 4) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 4, 1, y + r, ldy);
+        for (; r < nr; r++) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 1, 1, y + r, ldy);
+        return;
+    }
+    for (int r = 0; r < nr; r += 2) {
+        const char *wr = w + (size_t)r * rb;
+        float *yr = y + r;
+        if (nr - r >= 2) {
+            int u = 0;
+            for (; u + 4 <= nt; u += 4) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 4, yr + (size_t)u * ldy, ldy);
+            switch (nt - u) {
+            case 3: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 3, yr + (size_t)u * ldy, ldy); break;
+            case 2: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 2, yr + (size_t)u * ldy, ldy); break;
+            case 1: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 1, yr + (size_t)u * ldy, ldy); break;
+            default: break;
+            }
+        } else {
+            int u = 0;
+            for (; u + 4 <= nt; u += 4) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 1, 4, yr + (size_t)u * ldy, ldy);
+            for (; u < nt; u++) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 1, 1, yr + (size_t)u * ldy, ldy);
+        }
+    }
+}
+
 /* Q4_0: w = d (q - 8); sum = d dx sum(q qx) - 8 d s, the second term summed apart. */
 static ALWAYS_INLINE void q4_0_tile(int nb, const block_q4_0 *w, const char *xq, size_t xs, int T, float *y,
                                     size_t ldy) {
@@ -183,6 +244,101 @@ static ALWAYS_INLINE void mlxdot(int bits, int n, int gs, const uint8_t *codes, 
         default: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
         }
     }
+}
+
+/* MLX rows, R rows x T tokens per pass (prefill 2 x 4, decode 4 x 1): one accumulator per
+ * (row, token), each block's exact integer dot scaled by s_g dx_b into it in block order, the
+ * bias terms after (8 groups a vector, then the rest); so a token's bits do not depend on the
+ * tile. sc0, bi0: row 0's scales and biases, sbs bytes between rows. */
+static ALWAYS_INLINE void mlx_rt(int bits, int n, int gs, const uint8_t *codes0, size_t rb, const char *sc0,
+                                 const char *bi0, size_t sbs, enum gb_type sbt, const char *xq, size_t xs,
+                                 const float *gsum, size_t gstr, int R, int T, float *y, size_t ldy) {
+    int ng = n >> __builtin_ctz((unsigned)gs), nb = gs >> 5;
+    size_t bb = (size_t)bits * 4; /* code bytes per 32-element block */
+    const __m256i m4 = _mm256_set1_epi16(15);
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m256 s[4];
+        UNROLL_T for (int r = 0; r < R; r++) s[r] = _mm256_set1_ps(sb_load(sc0 + (size_t)r * sbs, sbt, (size_t)g));
+        for (int bk = 0; bk < nb; bk++) {
+            int b = g * nb + bk;
+            __m256i w0[4], w1[4];
+            UNROLL_T for (int r = 0; r < R; r++) {
+                const uint8_t *c = codes0 + (size_t)r * rb + (size_t)b * bb;
+                if (bits == 4) {
+                    __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
+                    w0[r] = _mm256_and_si256(v, m4);
+                    w1[r] = _mm256_srli_epi16(v, 4);
+                } else {
+                    w0[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
+                    w1[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(c + 16)));
+                }
+            }
+            UNROLL_T for (int u = 0; u < T; u++) {
+                const struct qx16 *xb = (const struct qx16 *)(xq + (size_t)u * xs) + b;
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)xb->qs);
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 16));
+                __m256 dx = _mm256_broadcast_ss(&xb->d);
+                UNROLL_T for (int r = 0; r < R; r++) {
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0), _mm256_madd_epi16(w1[r], x1));
+                    acc[r][u] = _mm256_fmadd_ps(_mm256_mul_ps(s[r], dx), _mm256_cvtepi32_ps(p), acc[r][u]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const char *bi = bi0 + (size_t)r * sbs;
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const float *gu = gsum + (size_t)u * gstr;
+            __m256 v = acc[r][u];
+            int j = 0;
+            for (; j + 8 <= ng; j += 8) v = _mm256_fmadd_ps(sb_load8(bi, sbt, (size_t)j), _mm256_loadu_ps(gu + j), v);
+            float bsum = 0.0f;
+            for (; j < ng; j++) bsum += sb_load(bi, sbt, (size_t)j) * gu[j];
+            y[(size_t)u * ldy + r] = hsum8(v) + bsum;
+        }
+    }
+}
+
+static ALWAYS_INLINE void mlxrows(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0,
+                                  const void *bi0, size_t sbs, enum gb_type sbt, const void *xq, size_t xs,
+                                  const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    const char *sc = sc0, *bi = bi0, *x = xq;
+#define RT(r, R, u, T)                                                                                             \
+    mlx_rt(bits, n, gs, codes0 + (size_t)(r) * rb, rb, sc + (size_t)(r) * sbs, bi + (size_t)(r) * sbs, sbs, sbt,   \
+           x + (size_t)(u) * xs, xs, gsum + (size_t)(u) * gstr, gstr, R, T, y + (size_t)(u) * ldy + (r), ldy)
+    if (nt == 1) {
+        int r = 0;
+        for (; r + 4 <= nr; r += 4) RT(r, 4, 0, 1);
+        for (; r < nr; r++) RT(r, 1, 0, 1);
+        return;
+    }
+    for (int r = 0; r < nr; r += 2) {
+        int two = nr - r >= 2;
+        int u = 0;
+        for (; u + 4 <= nt; u += 4) {
+            if (two) RT(r, 2, u, 4);
+            else RT(r, 1, u, 4);
+        }
+        for (; u < nt; u++) {
+            if (two) RT(r, 2, u, 1);
+            else RT(r, 1, u, 1);
+        }
+    }
+#undef RT
+}
+
+void mlxrows4_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
+                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                   float *y, size_t ldy) {
+    mlxrows(4, n, gs, nr, codes0, rb, sc0, bi0, sbs, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+void mlxrows8_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
+                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                   float *y, size_t ldy) {
+    mlxrows(8, n, gs, nr, codes0, rb, sc0, bi0, sbs, sbt, xq, xs, gsum, gstr, nt, y, ldy);
 }
 
 void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,

@@ -35,6 +35,10 @@ void qdot_q4_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 void qdot_q5_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+/* Q8_0, nr <= 4 rows (rb bytes apart; row r's values at y[u * ldy + r]) against nt tokens
+ * of struct qx8, or any nr with nt == 1: qmatmul.c's qrows_fn contract. */
+void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                     size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
 /* MLX affine rows against x quantized to struct qx16 blocks. codes: the row's packed
@@ -47,5 +51,15 @@ void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const voi
 void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
                   enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
                   int nt, float *y, size_t ldy);
+
+/* The same for nr <= 4 consecutive rows (rb bytes of codes apart, their scales and biases
+ * sbs bytes apart; row r's values at y[u * ldy + r]) against nt tokens, or any nr with
+ * nt == 1; a token's bits depend neither on nr nor on nt. */
+void mlxrows4_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
+                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                   float *y, size_t ldy);
+void mlxrows8_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
+                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                   float *y, size_t ldy);
 
 #endif
