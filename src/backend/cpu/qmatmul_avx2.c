@@ -9,11 +9,12 @@
  * single token (decode) streams the row once. A token's arithmetic is the same in
  * every tile size. Q8_0 codes are signed: |w| meets sign(x, w) instead. MLX codes
  * are widened to 16 bits and meet 16-bit activations in vpmaddwd (see qmatmul.c).
- * Q8_0 and MLX take tiles of rows x tokens (2 x 4 in prefill, 4 x 1 in decode): each
- * weight block and each x block is loaded once per tile (bench_qmatmul l3-no512, load
- * ~13 on 2 vCPUs, thread CPU time: Q8_0 prefill-128 77 against 58 GFLOP/s for the VNNI
- * kernel before, decode 21 against 12 GB/s; MLX 4-bit prefill level at 55-60, decode
- * 11-12 against 10.7).
+ * Q8_0 and MLX take tiles of rows x tokens (2 x 4 in prefill; in decode 1 x 1 for Q8_0,
+ * 2 x 1 for MLX): each weight block and each x block is loaded once per tile
+ * (bench_qmatmul l3-no512, load ~13 on 2 vCPUs, thread CPU time: Q8_0 prefill-128 77
+ * against 58 GFLOP/s for the VNNI kernel before; MLX 4-bit prefill level at 55-60). Decode
+ * tiles of 4 rows (4 interleaved weight streams) ran a Q8_0 model's decode at less than
+ * half the speed of one row at a time, from DRAM.
  *
  * Measured (Zen 5, 1 thread, 3072 x 1024, bench_qmatmul): decode ~21 GB/s for Q4_K,
  * Q6_K and Q8_0, ~25 for MLX 8-bit, ~12 for MLX 4-bit, the same from L3 as from
@@ -62,12 +63,12 @@ void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 
 /* Q8_0, R rows x T tokens per pass (prefill: each weight block and each x block loaded
  * once for the whole tile). One accumulator per (row, token), the blocks in order, so a
- * token's value has the same bits whatever the tile (decode: 4 rows x 1 token, four
- * independent chains). The step product dw dx is one vmulps per pair. */
+ * token's value has the same bits whatever the tile (decode: one row at a time, the
+ * weights one sequential stream). The step product dw dx is one vmulps per pair. */
 static ALWAYS_INLINE void q8_0_rt(int nb, const char *row0, size_t rb, const char *xq, size_t xs, int R, int T,
                                   float *y, size_t ldy) {
     __m256 acc[4][4];
-    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < nb; i++) {
         __m256i wv[4], aw[4];
@@ -88,17 +89,16 @@ static ALWAYS_INLINE void q8_0_rt(int nb, const char *row0, size_t rb, const cha
             }
         }
     }
-    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy + r] = hsum8(acc[r][u]);
+    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy + r] = hsum8(acc[r][u]);
 }
 
 void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
                      size_t ldy) {
     int nb = n / 32;
     const char *w = row0, *x = xq;
-    if (nt == 1) { /* decode: any nr, 4 rows a pass */
-        int r = 0;
-        for (; r + 4 <= nr; r += 4) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 4, 1, y + r, ldy);
-        for (; r < nr; r++) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 1, 1, y + r, ldy);
+    if (nt == 1) { /* decode: any nr, one row a pass (the weights one sequential stream: 4 rows a pass
+                    * ran a Q8_0 model's decode at less than half the speed, from DRAM) */
+        for (int r = 0; r < nr; r++) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 1, 1, y + r, ldy);
         return;
     }
     for (int r = 0; r < nr; r += 2) {
@@ -179,7 +179,7 @@ static ALWAYS_INLINE void mlx_rt(int bits, int n, int gs, const uint8_t *codes0,
     size_t bb = (size_t)bits * 4; /* code bytes per 32-element block */
     const __m256i m4 = _mm256_set1_epi16(15);
     __m256 acc[4][4];
-    for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
         __m256 s[4];
         UNROLL_T for (int r = 0; r < R; r++) s[r] = _mm256_set1_ps(sb_load(sc0 + (size_t)r * sbs, sbt, (size_t)g));
@@ -230,9 +230,9 @@ static ALWAYS_INLINE void mlxrows(int bits, int n, int gs, int nr, const uint8_t
 #define RT(r, R, u, T)                                                                                             \
     mlx_rt(bits, n, gs, codes0 + (size_t)(r) * rb, rb, sc + (size_t)(r) * sbs, bi + (size_t)(r) * sbs, sbs, sbt,   \
            x + (size_t)(u) * xs, xs, gsum + (size_t)(u) * gstr, gstr, R, T, y + (size_t)(u) * ldy + (r), ldy)
-    if (nt == 1) {
+    if (nt == 1) { /* decode: two rows a pass */
         int r = 0;
-        for (; r + 4 <= nr; r += 4) RT(r, 4, 0, 1);
+        for (; r + 2 <= nr; r += 2) RT(r, 2, 0, 1);
         for (; r < nr; r++) RT(r, 1, 0, 1);
         return;
     }
