@@ -716,13 +716,7 @@ static __attribute__((noinline)) void mlxdot_generic_packed(const struct gb_weig
                    gstr, nt, y, (size_t)w->n_out);
 }
 
-/* The AVX2 MLX 4/8-bit kernels (any nr <= 4) take the rows. */
-static int mlx_avx2_rows(const struct qjob *j) {
-    return j->w->kind == GB_WEIGHT_MLX && j->fast && !j->x512 && !j->packed && !j->w->packed &&
-           (j->w->bits == 4 || j->w->bits == 8);
-}
-
-/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 and AVX2 kernels, any when packed, else 1). */
+/* Rows o..o + nr - 1 (nr <= 4 with the AVX-512 kernels, any when packed, else 1). */
 static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
     const struct gb_weight *w = j->w;
     int n = (int)w->n_in, gs = w->group_size, ng = n >> __builtin_ctz((unsigned)gs); /* no idiv per row */
@@ -745,9 +739,12 @@ static void mlx_rows(struct qjob *j, int o, int nr, int u0, int nt) {
                                                          (size_t)w->n_out);
         return;
     }
-    if (mlx_avx2_rows(j)) { /* rows x tokens tiles (qmatmul_avx2.c) */
-        (w->bits == 4 ? mlxrows4_avx2 : mlxrows8_avx2)(n, gs, nr, codes, w->row_bytes, sc, bi, (size_t)ng * esz,
-                                                       w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
+    if (j->fast && w->bits == 4 && !w->packed) {
+        mlxdot4_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
+        return;
+    }
+    if (j->fast && w->bits == 8) {
+        mlxdot8_avx2(n, gs, codes, sc, bi, w->sb_type, x, j->xs, g, (size_t)ng, nt, y, (size_t)w->n_out);
         return;
     }
 #endif
@@ -785,7 +782,7 @@ static void row_worker(void *ctx, int ith, int nth) {
                            j->xq, j->xs, 1, j->y + o_lo, (size_t)n_out);
                 continue;
             }
-            int rstep = j->x512 || j->rows_fn || mlx_avx2_rows(j) ? 4 : 1; /* rows per kernel call */
+            int rstep = j->x512 || j->rows_fn ? 4 : 1; /* rows per kernel call */
             for (int o = (int)o_lo; o < o_hi; o += rstep) {
                 for (int u = t0; u < t1; u += MAX_NT) {
                     int nt = t1 - u < MAX_NT ? t1 - u : MAX_NT;

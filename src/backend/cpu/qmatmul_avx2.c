@@ -9,12 +9,13 @@
  * single token (decode) streams the row once. A token's arithmetic is the same in
  * every tile size. Q8_0 codes are signed: |w| meets sign(x, w) instead. MLX codes
  * are widened to 16 bits and meet 16-bit activations in vpmaddwd (see qmatmul.c).
- * Q8_0 and MLX take tiles of rows x tokens (2 x 4 in prefill; in decode 1 x 1 for Q8_0,
- * 2 x 1 for MLX): each weight block and each x block is loaded once per tile
- * (bench_qmatmul l3-no512, load ~13 on 2 vCPUs, thread CPU time: Q8_0 prefill-128 77
- * against 58 GFLOP/s for the VNNI kernel before; MLX 4-bit prefill level at 55-60). Decode
- * tiles of 4 rows (4 interleaved weight streams) ran a Q8_0 model's decode at less than
- * half the speed of one row at a time, from DRAM.
+ * Q8_0 takes tiles of rows x tokens (2 x 4 in prefill, 1 x 1 in decode): each weight
+ * block and each x block is loaded once per tile (bench_qmatmul l3-no512, load ~13 on 2
+ * vCPUs, thread CPU time: prefill-128 77 against 58 GFLOP/s for the VNNI kernel before).
+ * Decode tiles of 4 rows (4 interleaved weight streams) ran a Q8_0 model's decode at less
+ * than half the speed of one row at a time, from DRAM. The same tiles for MLX (2 x 4,
+ * 2 x 1, the group scale folded into each block's step) ran a model's prefill 0.86-0.92x
+ * and decode 0.41-0.56x these one-row kernels: not kept.
  *
  * Measured (Zen 5, 1 thread, 3072 x 1024, bench_qmatmul): decode ~21 GB/s for Q4_K,
  * Q6_K and Q8_0, ~25 for MLX 8-bit, ~12 for MLX 4-bit, the same from L3 as from
@@ -25,7 +26,7 @@
 #include "backend/cpu/qmatmul_simd.h"
 #include "tensor/quant.h"
 
-enum { MLX_TT = 4 }; /* tokens of an MLX prefill tile (2 rows x 4 tokens) */
+enum { NT_MLX = 3 };
 
 /* Q4_K, Q5_K, Q6_K: vpmaddwd by the group scales, then vpaddd */
 #define KQ_DOT(acc, a, s) _mm256_add_epi32(acc, _mm256_madd_epi16(a, s))
@@ -168,97 +169,95 @@ static ALWAYS_INLINE __m256 sb_load8(const void *p, enum gb_type t, size_t i) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* MLX rows, R rows x T tokens per pass (prefill 2 x 4, decode 4 x 1): one accumulator per
- * (row, token), each block's exact integer dot scaled by s_g dx_b into it in block order, the
- * bias terms after (8 groups a vector, then the rest); so a token's bits do not depend on the
- * tile. sc0, bi0: row 0's scales and biases, sbs bytes between rows. */
-static ALWAYS_INLINE void mlx_rt(int bits, int n, int gs, const uint8_t *codes0, size_t rb, const char *sc0,
-                                 const char *bi0, size_t sbs, enum gb_type sbt, const char *xq, size_t xs,
-                                 const float *gsum, size_t gstr, int R, int T, float *y, size_t ldy) {
-    int ng = n >> __builtin_ctz((unsigned)gs), nb = gs >> 5;
-    size_t bb = (size_t)bits * 4; /* code bytes per 32-element block */
+/* gacc[u] = lanes of sum over the group's nb blocks b of dx_b (q . qx)_b. Codes are
+ * widened to 16 bits and meet the 16-bit x in vpmaddwd: per block two of them, whose
+ * int32 lanes (at most 32 * 255 * 32767 in all) are added and converted once.
+ * 4-bit: 16 code bytes, low nibbles (even elements) then high nibbles (odd ones),
+ * against x permuted the same way. */
+static ALWAYS_INLINE void mlx_group(int bits, int nb, const uint8_t *codes, const char *xq, size_t xs, int T,
+                                    __m256 gacc[NT]) {
     const __m256i m4 = _mm256_set1_epi16(15);
-    __m256 acc[4][4];
-    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        __m256 s[4];
-        UNROLL_T for (int r = 0; r < R; r++) s[r] = _mm256_set1_ps(sb_load(sc0 + (size_t)r * sbs, sbt, (size_t)g));
-        for (int bk = 0; bk < nb; bk++) {
-            int b = g * nb + bk;
-            __m256i w0[4], w1[4];
-            UNROLL_T for (int r = 0; r < R; r++) {
-                const uint8_t *c = codes0 + (size_t)r * rb + (size_t)b * bb;
-                if (bits == 4) {
-                    __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
-                    w0[r] = _mm256_and_si256(v, m4);
-                    w1[r] = _mm256_srli_epi16(v, 4);
-                } else {
-                    w0[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
-                    w1[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(c + 16)));
-                }
-            }
-            UNROLL_T for (int u = 0; u < T; u++) {
-                const struct qx16 *xb = (const struct qx16 *)(xq + (size_t)u * xs) + b;
-                __m256i x0 = _mm256_loadu_si256((const __m256i *)xb->qs);
-                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 16));
-                __m256 dx = _mm256_broadcast_ss(&xb->d);
-                UNROLL_T for (int r = 0; r < R; r++) {
-                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0[r], x0), _mm256_madd_epi16(w1[r], x1));
-                    acc[r][u] = _mm256_fmadd_ps(_mm256_mul_ps(s[r], dx), _mm256_cvtepi32_ps(p), acc[r][u]);
-                }
-            }
+    UNROLL_T for (int u = 0; u < T; u++) gacc[u] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i w0, w1;
+        if (bits == 4) {
+            /* each byte widened to 16 bits: low nibble masked, high nibble shifted down
+             * (the zero-extended top byte leaves nothing else) */
+            __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 16 * b)));
+            w0 = _mm256_and_si256(v, m4);
+            w1 = _mm256_srli_epi16(v, 4);
+        } else {
+            w0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b)));
+            w1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes + 32 * b + 16)));
         }
-    }
-    for (int r = 0; r < R; r++) {
-        const char *bi = bi0 + (size_t)r * sbs;
         UNROLL_T for (int u = 0; u < T; u++) {
-            const float *gu = gsum + (size_t)u * gstr;
-            __m256 v = acc[r][u];
-            int j = 0;
-            for (; j + 8 <= ng; j += 8) v = _mm256_fmadd_ps(sb_load8(bi, sbt, (size_t)j), _mm256_loadu_ps(gu + j), v);
-            float bsum = 0.0f;
-            for (; j < ng; j++) bsum += sb_load(bi, sbt, (size_t)j) * gu[j];
-            y[(size_t)u * ldy + r] = hsum8(v) + bsum;
+            const struct qx16 *xb = (const struct qx16 *)(xq + (size_t)u * xs) + b;
+            __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)xb->qs)),
+                                         _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(xb->qs + 16))));
+            gacc[u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&xb->d), _mm256_cvtepi32_ps(p), gacc[u]);
         }
     }
 }
 
-static ALWAYS_INLINE void mlxrows(int bits, int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0,
-                                  const void *bi0, size_t sbs, enum gb_type sbt, const void *xq, size_t xs,
-                                  const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
-    const char *sc = sc0, *bi = bi0, *x = xq;
-#define RT(r, R, u, T)                                                                                             \
-    mlx_rt(bits, n, gs, codes0 + (size_t)(r) * rb, rb, sc + (size_t)(r) * sbs, bi + (size_t)(r) * sbs, sbs, sbt,   \
-           x + (size_t)(u) * xs, xs, gsum + (size_t)(u) * gstr, gstr, R, T, y + (size_t)(u) * ldy + (r), ldy)
-    if (nt == 1) { /* decode: two rows a pass */
-        int r = 0;
-        for (; r + 2 <= nr; r += 2) RT(r, 2, 0, 1);
-        for (; r < nr; r++) RT(r, 1, 0, 1);
-        return;
+/* Group g's scaled sum goes to tot0 (even g) or tot1 (odd g): two chains; then
+ * y = hsum(tot0 + tot1) + sum_g b_g xsum_g, the bias terms 8 groups at a time into
+ * tot0's lanes and the rest in order. */
+static ALWAYS_INLINE void mlx_tile(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                   enum gb_type sbt, const char *xq, size_t xs, const float *gsum, size_t gstr,
+                                   int T, float *y, size_t ldy) {
+    int ng = n >> __builtin_ctz((unsigned)gs), nb = gs >> 5; /* gs a power of two: no idiv per row */
+    size_t gbytes = (size_t)gs * (size_t)bits / 8, gxs = (size_t)nb * sizeof(struct qx16);
+    __m256 tot0[NT], tot1[NT], g[NT];
+    UNROLL_T for (int u = 0; u < T; u++) tot0[u] = tot1[u] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 2 <= ng; k += 2) {
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
+        mlx_group(bits, nb, codes + (size_t)(k + 1) * gbytes, xq + (size_t)(k + 1) * gxs, xs, T, g);
+        __m256 s1 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k + 1));
+        UNROLL_T for (int u = 0; u < T; u++) tot1[u] = _mm256_fmadd_ps(s1, g[u], tot1[u]);
     }
-    for (int r = 0; r < nr; r += 2) {
-        int two = nr - r >= 2;
-        int u = 0;
-        for (; u + MLX_TT <= nt; u += MLX_TT) {
-            if (two) RT(r, 2, u, MLX_TT);
-            else RT(r, 1, u, MLX_TT);
-        }
-        for (; u < nt; u++) {
-            if (two) RT(r, 2, u, 1);
-            else RT(r, 1, u, 1);
-        }
+    if (k < ng) {
+        mlx_group(bits, nb, codes + (size_t)k * gbytes, xq + (size_t)k * gxs, xs, T, g);
+        __m256 s0 = _mm256_set1_ps(sb_load(sc, sbt, (size_t)k));
+        UNROLL_T for (int u = 0; u < T; u++) tot0[u] = _mm256_fmadd_ps(s0, g[u], tot0[u]);
     }
-#undef RT
+    int j = 0;
+    for (; j + 8 <= ng; j += 8) {
+        __m256 b = sb_load8(bi, sbt, (size_t)j);
+        UNROLL_T for (int u = 0; u < T; u++)
+            tot0[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(gsum + (size_t)u * gstr + j), tot0[u]);
+    }
+    UNROLL_T for (int u = 0; u < T; u++) {
+        const float *gu = gsum + (size_t)u * gstr;
+        float bsum = 0.0f;
+        for (int i = j; i < ng; i++) bsum += sb_load(bi, sbt, (size_t)i) * gu[i];
+        y[(size_t)u * ldy] = hsum8(_mm256_add_ps(tot0[u], tot1[u])) + bsum;
+    }
 }
 
-void mlxrows4_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
-                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
-                   float *y, size_t ldy) {
-    mlxrows(4, n, gs, nr, codes0, rb, sc0, bi0, sbs, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+static ALWAYS_INLINE void mlxdot(int bits, int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                                 enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
+                                 float *y, size_t ldy) {
+    for (int u0 = 0; u0 < nt; u0 += NT_MLX) {
+        const char *xu = (const char *)xq + (size_t)u0 * xs;
+        const float *gu = gsum + (size_t)u0 * gstr;
+        float *yu = y + (size_t)u0 * ldy;
+        switch (nt - u0 < NT_MLX ? nt - u0 : NT_MLX) {
+        case 3: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 3, yu, ldy); break;
+        case 2: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 2, yu, ldy); break;
+        default: mlx_tile(bits, n, gs, codes, sc, bi, sbt, xu, xs, gu, gstr, 1, yu, ldy); break;
+        }
+    }
 }
 
-void mlxrows8_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
-                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
-                   float *y, size_t ldy) {
-    mlxrows(8, n, gs, nr, codes0, rb, sc0, bi0, sbs, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
+                  const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    mlxdot(4, n, gs, codes, sc, bi, sbt, xq, xs, gsum, gstr, nt, y, ldy);
+}
+
+void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi, enum gb_type sbt,
+                  const void *xq, size_t xs, const float *gsum, size_t gstr, int nt, float *y, size_t ldy) {
+    mlxdot(8, n, gs, codes, sc, bi, sbt, xq, xs, gsum, gstr, nt, y, ldy);
 }

@@ -41,17 +41,15 @@ void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq,
                      size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
-/* MLX affine rows against x quantized to struct qx16 blocks: nr <= 4 consecutive rows
- * (codes0: row 0's packed words, rb bytes between rows; sc0, bi0: row 0's n / gs scales
- * and biases of type sbt (F32, F16 or BF16), sbs bytes between rows) against nt tokens, or
- * any nr with nt == 1; row r's value for token u at y[u * ldy + r]. xs: bytes between
- * tokens of xq; gsum: per-group sums of the quantized x (sum of the blocks' s), gstr floats
- * between tokens. A token's bits depend neither on nr nor on nt. */
-void mlxrows4_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
-                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
-                   float *y, size_t ldy);
-void mlxrows8_avx2(int n, int gs, int nr, const uint8_t *codes0, size_t rb, const void *sc0, const void *bi0,
-                   size_t sbs, enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr, int nt,
-                   float *y, size_t ldy);
+/* MLX affine rows against x quantized to struct qx16 blocks. codes: the row's packed
+ * words; sc, bi: its n / gs scales and biases, of type sbt (F32, F16 or BF16); xs:
+ * bytes between tokens of xq; gsum: per-group sums of the quantized x (sum of the
+ * blocks' s), gstr floats between tokens. */
+void mlxdot4_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                  enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
+                  int nt, float *y, size_t ldy);
+void mlxdot8_avx2(int n, int gs, const uint8_t *codes, const void *sc, const void *bi,
+                  enum gb_type sbt, const void *xq, size_t xs, const float *gsum, size_t gstr,
+                  int nt, float *y, size_t ldy);
 
 #endif
