@@ -179,6 +179,7 @@ static void check_all_tok(const struct gb_weight *w, const float *amag, const fl
             qmatmul_has_avx512()) { /* the others too */
             qmatmul_disable_avx512(1);
             run_check(w, x, n_tok, yref, tol, 0, pools3, what);
+            if (n_tok == 7 || n_tok == 16) check_tok_split(w, x, n_tok, what); /* the AVX2 rows x tokens tiles */
             qmatmul_disable_avx512(0);
         }
         free(x);

@@ -550,7 +550,7 @@ static struct qkernel qkernel_of(enum gb_type t) {
     }
 #ifdef GERBIL_HAVE_X86
     switch (t) {
-    case GB_TYPE_Q8_0: k.fast = qdot_q8_0_avx2; break;
+    case GB_TYPE_Q8_0: k.fast = qdot_q8_0_avx2; k.fast_rows = qrows_q8_0_avx2; break; /* rows: over VNNI's too */
     case GB_TYPE_Q4_0: k.fast = qdot_q4_0_avx2; break;
     case GB_TYPE_Q4_K: k.fast = qdot_q4_K_avx2; break;
     case GB_TYPE_Q5_K: k.fast = qdot_q5_K_avx2; break;

@@ -9,6 +9,13 @@
  * single token (decode) streams the row once. A token's arithmetic is the same in
  * every tile size. Q8_0 codes are signed: |w| meets sign(x, w) instead. MLX codes
  * are widened to 16 bits and meet 16-bit activations in vpmaddwd (see qmatmul.c).
+ * Q8_0 takes tiles of rows x tokens (2 x 4 in prefill, 1 x 1 in decode): each weight
+ * block and each x block is loaded once per tile (bench_qmatmul l3-no512, load ~13 on 2
+ * vCPUs, thread CPU time: prefill-128 77 against 58 GFLOP/s for the VNNI kernel before).
+ * Decode tiles of 4 rows (4 interleaved weight streams) ran a Q8_0 model's decode at less
+ * than half the speed of one row at a time, from DRAM. The same tiles for MLX (2 x 4,
+ * 2 x 1, the group scale folded into each block's step) ran a model's prefill 0.86-0.92x
+ * and decode 0.41-0.56x these one-row kernels: not kept.
  *
  * Measured (Zen 5, 1 thread, 3072 x 1024, bench_qmatmul): decode ~21 GB/s for Q4_K,
  * Q6_K and Q8_0, ~25 for MLX 8-bit, ~12 for MLX 4-bit, the same from L3 as from
@@ -53,6 +60,66 @@ void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 #define K(t) q8_0_tile(n / 32, row, xu, xs, t, yu, ldy)
     TILED(K, NT)
 #undef K
+}
+
+/* Q8_0, R rows x T tokens per pass (prefill: each weight block and each x block loaded
+ * once for the whole tile). One accumulator per (row, token), the blocks in order, so a
+ * token's value has the same bits whatever the tile (decode: one row at a time, the
+ * weights one sequential stream). The step product dw dx is one vmulps per pair. */
+static ALWAYS_INLINE void q8_0_rt(int nb, const char *row0, size_t rb, const char *xq, size_t xs, int R, int T,
+                                  float *y, size_t ldy) {
+    __m256 acc[4][4];
+    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) acc[r][u] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < nb; i++) {
+        __m256i wv[4], aw[4];
+        __m256 dw[4];
+        UNROLL_T for (int r = 0; r < R; r++) {
+            const block_q8_0 *wb = (const block_q8_0 *)(row0 + (size_t)r * rb) + i;
+            wv[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+            aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            dw[r] = _mm256_set1_ps(h2f(wb->d));
+        }
+        UNROLL_T for (int u = 0; u < T; u++) {
+            const struct qx8 *xb = (const struct qx8 *)(xq + (size_t)u * xs) + i;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            __m256 dx = _mm256_broadcast_ss(&xb->d);
+            UNROLL_T for (int r = 0; r < R; r++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+                acc[r][u] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][u]);
+            }
+        }
+    }
+    UNROLL_T for (int r = 0; r < R; r++) UNROLL_T for (int u = 0; u < T; u++) y[(size_t)u * ldy + r] = hsum8(acc[r][u]);
+}
+
+void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                     size_t ldy) {
+    int nb = n / 32;
+    const char *w = row0, *x = xq;
+    if (nt == 1) { /* decode: any nr, one row a pass (the weights one sequential stream: 4 rows a pass
+                    * ran a Q8_0 model's decode at less than half the speed, from DRAM) */
+        for (int r = 0; r < nr; r++) q8_0_rt(nb, w + (size_t)r * rb, rb, x, xs, 1, 1, y + r, ldy);
+        return;
+    }
+    for (int r = 0; r < nr; r += 2) {
+        const char *wr = w + (size_t)r * rb;
+        float *yr = y + r;
+        if (nr - r >= 2) {
+            int u = 0;
+            for (; u + 4 <= nt; u += 4) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 4, yr + (size_t)u * ldy, ldy);
+            switch (nt - u) {
+            case 3: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 3, yr + (size_t)u * ldy, ldy); break;
+            case 2: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 2, yr + (size_t)u * ldy, ldy); break;
+            case 1: q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 2, 1, yr + (size_t)u * ldy, ldy); break;
+            default: break;
+            }
+        } else {
+            int u = 0;
+            for (; u + 4 <= nt; u += 4) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 1, 4, yr + (size_t)u * ldy, ldy);
+            for (; u < nt; u++) q8_0_rt(nb, wr, rb, x + (size_t)u * xs, xs, 1, 1, yr + (size_t)u * ldy, ldy);
+        }
+    }
 }
 
 /* Q4_0: w = d (q - 8); sum = d dx sum(q qx) - 8 d s, the second term summed apart. */

@@ -35,6 +35,10 @@ void qdot_q4_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, f
 void qdot_q5_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q6_K_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 void qdot_q8_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
+/* Q8_0, nr <= 4 rows (rb bytes apart; row r's values at y[u * ldy + r]) against nt tokens
+ * of struct qx8, or any nr with nt == 1: qmatmul.c's qrows_fn contract. */
+void qrows_q8_0_avx2(int n, int nr, const void *row0, size_t rb, const void *xq, size_t xs, int nt, float *y,
+                     size_t ldy);
 void qdot_q4_0_avx2(int n, const void *row, const void *xq, size_t xs, int nt, float *y, size_t ldy);
 
 /* MLX affine rows against x quantized to struct qx16 blocks. codes: the row's packed
