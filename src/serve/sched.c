@@ -243,19 +243,22 @@ static int grow(void **p, int *cap, int want, size_t elt) {
     return 0;
 }
 
-static void text_add(struct srv_choice *c, const char *t, size_t n) {
-    if (!n) return;
+/* Appends to the choice's text; -1 when out of memory (the caller fails the choice: an
+ * answer is never silently cut). */
+static int text_add(struct srv_choice *c, const char *t, size_t n) {
+    if (!n) return 0;
     if (c->len + n + 1 > c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
         while (cap < c->len + n + 1) cap *= 2;
         char *q = realloc(c->text, cap);
-        if (!q) return;
+        if (!q) return -1;
         c->text = q;
         c->cap = cap;
     }
     memcpy(c->text + c->len, t, n);
     c->len += n;
     c->text[c->len] = 0;
+    return 0;
 }
 
 /* The sampler, detokenizer and stop matcher of a choice, made when first admitted. */
@@ -301,21 +304,30 @@ static void choice_finish(struct sched *s, struct srv_choice *c, enum srv_finish
     c->follower = 0;
 }
 
-/* Whatever the detokenizer and the stop matcher still hold, at the end of a choice. */
-static void choice_flush(struct srv_choice *c) {
+/* Whatever the detokenizer and the stop matcher still hold, at the end of a choice;
+ * -1 when out of memory. */
+static int choice_flush(struct srv_choice *c) {
     const char *e;
     size_t n;
-    if (c->stopped) return;
+    if (c->stopped) return 0;
     if (c->detok && gerbil_detok_flush(c->detok, &e, &n) == GERBIL_OK && n) {
         if (stop_feed(&c->stop, e, n, &e, &n)) {
-            text_add(c, e, n);
             c->stopped = 1;
-            return;
+            return text_add(c, e, n);
         }
-        text_add(c, e, n);
+        if (text_add(c, e, n)) return -1;
     }
     stop_flush(&c->stop, &e, &n);
-    text_add(c, e, n);
+    return text_add(c, e, n);
+}
+
+/* Ends a choice with f once its held-back text is out; out of memory fails it instead. */
+static void choice_end(struct sched *s, struct srv_req *r, struct srv_choice *c, enum srv_finish f) {
+    if (choice_flush(c)) {
+        snprintf(r->err, sizeof r->err, "out of memory for the answer's text");
+        f = SRV_FIN_ERROR;
+    }
+    choice_finish(s, c, f);
 }
 
 /* ---- the prefix cache ---- */
@@ -421,8 +433,7 @@ static void running_append(struct sched *s, struct srv_req *r) {
 /* r (removed from its list) is done: every choice finished with f where still open. */
 static void req_done(struct sched *s, struct srv_req *r, enum srv_finish f) {
     for (int i = 0; i < r->p.n; i++) {
-        if (!r->ch[i].finish) choice_flush(&r->ch[i]);
-        choice_finish(s, &r->ch[i], f);
+        if (!r->ch[i].finish) choice_end(s, r, &r->ch[i], f);
     }
     r->state = SRV_DONE;
     s->m.finished++;
@@ -588,6 +599,7 @@ static void sample(struct sched *s, struct srv_req *r, struct srv_choice *c, con
         int cap = c->cap_gen;
         struct srv_logprob *q = realloc(c->lps, (size_t)cap * sizeof *q);
         if (!q) {
+            snprintf(r->err, sizeof r->err, "out of memory");
             choice_finish(s, c, SRV_FIN_ERROR);
             return;
         }
@@ -606,26 +618,31 @@ static void sample(struct sched *s, struct srv_req *r, struct srv_choice *c, con
     }
     c->t_last = t;
     if (!r->p.ignore_eos && is_eos(s, id)) {
-        choice_flush(c);
-        choice_finish(s, c, SRV_FIN_STOP);
+        choice_end(s, r, c, SRV_FIN_STOP);
         return;
     }
     if (c->detok && !c->stopped) {
         const char *piece, *e;
         size_t n, ne;
-        if (gerbil_detok_push(c->detok, id, &piece, &n) == GERBIL_OK) {
-            int hit = stop_feed(&c->stop, piece, n, &e, &ne);
-            text_add(c, e, ne);
-            if (hit) {
-                c->stopped = 1;
-                choice_finish(s, c, SRV_FIN_STOP);
-                return;
-            }
+        if (gerbil_detok_push(c->detok, id, &piece, &n) != GERBIL_OK) {
+            snprintf(r->err, sizeof r->err, "detokenizing the answer failed: %s", gerbil_last_error());
+            choice_finish(s, c, SRV_FIN_ERROR);
+            return;
+        }
+        int hit = stop_feed(&c->stop, piece, n, &e, &ne);
+        if (text_add(c, e, ne)) {
+            snprintf(r->err, sizeof r->err, "out of memory for the answer's text");
+            choice_finish(s, c, SRV_FIN_ERROR);
+            return;
+        }
+        if (hit) {
+            c->stopped = 1;
+            choice_finish(s, c, SRV_FIN_STOP);
+            return;
         }
     }
     if (c->n_gen >= r->p.max_tokens || r->n_prompt + c->n_gen >= s->p.n_ctx_seq) {
-        choice_flush(c);
-        choice_finish(s, c, SRV_FIN_LENGTH);
+        choice_end(s, r, c, SRV_FIN_LENGTH);
     }
 }
 
