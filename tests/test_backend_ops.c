@@ -125,8 +125,17 @@ static float *rnd_x(size_t n) {
 enum { ISA_DEFAULT, ISA_AVX2, ISA_SCALAR, N_ISA };
 static int isa_on[N_ISA], isa_runs[N_ISA];
 static char isa_label[N_ISA][48];
+static const char *isa_forced; /* GERBIL_CPU_ISA, when it forces one: then only that pass runs */
 
 static void isa_init(void) {
+    const char *env = getenv("GERBIL_CPU_ISA");
+    if (env && *env && strcmp(env, "auto")) {
+        /* the backends applied it when they were made: keep the switches as they are */
+        isa_forced = env;
+        isa_on[ISA_DEFAULT] = 1;
+        snprintf(isa_label[ISA_DEFAULT], sizeof isa_label[0], "forced: GERBIL_CPU_ISA=%.20s", env);
+        return;
+    }
     cpu_force_ref(0);
     qmatmul_disable_avx512(0);
     isa_on[ISA_DEFAULT] = 1;
@@ -142,12 +151,14 @@ static void isa_init(void) {
 
 static int isa_enter(int m) {
     if (!isa_on[m]) return 0;
+    if (isa_forced) return isa_runs[m]++, 1;
     cpu_force_ref(m == ISA_SCALAR);
     qmatmul_disable_avx512(m == ISA_AVX2);
     isa_runs[m]++;
     return 1;
 }
 static void isa_leave(void) {
+    if (isa_forced) return;
     cpu_force_ref(0);
     qmatmul_disable_avx512(0);
     qmatmul_set_gemm_min_tok(-1);
@@ -1452,8 +1463,9 @@ int main(int argc, char **argv) {
     for (int m = 0; m < N_ISA; m++)
         if (isa_on[m]) printf(" [%s]", isa_label[m]);
     printf("\n");
-    if (!isa_on[ISA_AVX2]) printf("  AVX2/VNNI pass (AVX-512 off): SKIPPED, this CPU lacks AVX-512 (the default is it)\n");
-    if (!isa_on[ISA_SCALAR]) printf("  scalar pass: SKIPPED, this CPU lacks AVX2 (the default is it)\n");
+    if (isa_forced) printf("  the other instruction-set passes: SKIPPED, GERBIL_CPU_ISA forces one\n");
+    else if (!isa_on[ISA_AVX2]) printf("  AVX2/VNNI pass (AVX-512 off): SKIPPED, this CPU lacks AVX-512 (the default is it)\n");
+    if (!isa_forced && !isa_on[ISA_SCALAR]) printf("  scalar pass: SKIPPED, this CPU lacks AVX2 (the default is it)\n");
     if (!qmatmul_has_bf16()) printf("  prefill GEMMs: SKIPPED, this CPU lacks AVX512-BF16\n");
     if (!qmatmul_has_avx512()) printf("  MLX 4-bit packing and the AVX-512 attention: SKIPPED (no AVX-512)\n");
 
