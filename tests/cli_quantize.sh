@@ -202,5 +202,42 @@ else
     echo "  (../shared/data/tokenizers/qwen3 absent: tokenizer check skipped)"
 fi
 
+# rows are converted by a thread pool: any thread count writes the same bytes
+if "$G" quantize $FX/qwen3-f32 "$T/t1.gguf" --type q4_k_m -t 1 >/dev/null 2>&1 &&
+   "$G" quantize $FX/qwen3-f32 "$T/t2.gguf" --type q4_k_m --threads 2 >/dev/null 2>&1 &&
+   "$G" quantize $FX/qwen3-f32 "$T/t1-mlx" --type mlx4 -t 1 >/dev/null 2>&1 &&
+   "$G" quantize $FX/qwen3-f32 "$T/t3-mlx" --type mlx4 -t 3 >/dev/null 2>&1 &&
+   cmp -s "$T/t1.gguf" "$T/t2.gguf" && cmp -s "$T/t1-mlx/model.safetensors" "$T/t3-mlx/model.safetensors"; then
+    ok
+else
+    bad "quantize output depends on --threads"
+fi
+if "$G" quantize $FX/qwen3-f32 "$T/t0.gguf" --type q8_0 -t 0 >/dev/null 2>&1; then bad "quantize -t 0 accepted"; else ok; fi
+
+# SentencePiece-style BPE (stories260K's tokenizer.json): written as llama.cpp's "llama"
+# vocabulary, with scores from the merge ranks. Its ids must equal those of the GGUF made
+# from the original tok512.bin (real SentencePiece scores), read the same way; the text
+# generated from the GGUF must equal the folder's.
+S=../shared/data/models/stories260K
+if [ -f $S/hf/tokenizer.json ] && [ -f $S/gguf/stories260K-f32.gguf ]; then
+    if "$G" quantize $S/hf "$T/s260.gguf" --type q8_0 >/dev/null 2>"$T/s.err" &&
+       grep -q 'tokenizer: llama (SentencePiece BPE' "$T/s.err"; then
+        ok
+        for text in "The little dog" "Hello world, how are you?" "  two spaces, émoji 🐹 and 日本語" \
+                    "<s> special </s> text" "once upon a time there was a big red ball"; do
+            a=$("$G" tokenize --model $S/gguf/stories260K-f32.gguf "$text" 2>&1)
+            b=$("$G" tokenize --model "$T/s260.gguf" "$text" 2>&1)
+            if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "SentencePiece GGUF tokenize \"$text\": tok512 [$a] written [$b]"; fi
+        done
+        a=$("$G" run --raw $S/hf "The little dog" -n 24 --temperature 0 2>/dev/null)
+        b=$("$G" run --raw "$T/s260.gguf" "The little dog" -n 24 --temperature 0 2>/dev/null)
+        if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "stories260K q8_0 GGUF text [$b] vs folder [$a]"; fi
+    else
+        bad "quantize stories260K with its SentencePiece tokenizer"; tail -5 "$T/s.err"
+    fi
+else
+    echo "  (../shared/data/models/stories260K absent: SentencePiece tokenizer check skipped)"
+fi
+
 echo "cli_quantize: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -38,7 +38,10 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "tensor/quant_ref.h"
+#include "base/threadpool.h"
 
+#include <ctype.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -65,15 +68,17 @@ static const struct qtype {
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: gerbil quantize IN OUT --type TYPE [--group-size N]\n\n"
+            "usage: gerbil quantize IN OUT --type TYPE [--group-size N] [--threads N]\n\n"
             "Converts a Hugging Face folder IN (config.json + f32/f16/bf16 safetensors; Llama, Mistral,\n"
             "Qwen2, Qwen3, Qwen3.5 text, Qwen3-Next, Gemma 3 text, LFM2), or the cached snapshot of a\n"
             "Hugging Face repo id IN (pulled when missing), into OUT.\n\n"
             "  --type TYPE        f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: OUT is one GGUF v3 file\n"
             "                     laid out as llama.cpp's converter writes it (with the tokenizer when\n"
-            "                     IN has a byte-level BPE tokenizer.json);\n"
+            "                     IN has a byte-level or SentencePiece-style BPE tokenizer.json);\n"
             "                     mlx4 mlx8: OUT is a folder in mlx-lm's affine-quantized format\n"
-            "  --group-size N     MLX group size: 32, 64 (default) or 128\n\n"
+            "  --group-size N     MLX group size: 32, 64 (default) or 128\n"
+            "  -t, --threads N    threads converting rows (default: the CPU count; the output is the\n"
+            "                     same for any number)\n\n"
             "Norms and biases stay unquantized. Matrices whose rows do not fit the block size fall back\n"
             "to a nearby type (reported). Output is written under a temporary name and renamed.\n");
 }
@@ -158,6 +163,7 @@ struct qctx {
     int n_bufs, cap_bufs;
     int n_fallback;
     size_t bytes_out;
+    threadpool_t *tp; /* rows are converted in parallel: the output does not depend on the threads */
 };
 
 static void *qalloc(struct qctx *q, size_t n) {
@@ -207,28 +213,38 @@ static enum gb_type matrix_type(const struct qctx *q, const char *gname, int lay
     return t;
 }
 
-/* Convert src ([n_out, n_in], or 1-D: one row) to type t through x. Returns the buffer
- * (or the source data when nothing changes). Tensors of more dims are read as
- * [ne[0], the rest]. */
-static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum gb_type t, const struct xform *x,
-                             const void **data, size_t *nbytes) {
-    int64_t n_out = src->n_dims >= 2 ? src->ne[0] : 1;
-    int64_t n_in = tensor_nelements(src) / n_out;
-    if (x->n_rows) n_out = x->n_rows;
-    size_t row_out = type_row_size(t, n_in), row_in = type_row_size(src->type, n_in);
-    *nbytes = row_out * (size_t)n_out;
-    int same = !x->perm_heads && !x->row_src && !x->col_src && x->add == 0 && !x->neg_exp;
-    if (t == src->type && same) { *data = src->data; return GERBIL_OK; }
-    uint8_t *out = qalloc(q, *nbytes);
+struct conv_job {
+    const struct gb_tensor *src;
+    enum gb_type t;
+    const struct xform *x;
+    uint8_t *out;
+    int64_t n_out, n_in, hd;
+    size_t row_in, row_out;
+    struct gb_quant_fns fns;
+    _Atomic int nomem;
+};
+
+/* Rows [lo, hi) of one conversion: each output row depends on its source row alone. */
+static void conv_worker(void *ctx, int ith, int nth) {
+    struct conv_job *cj = ctx;
+    const struct gb_tensor *src = cj->src;
+    const enum gb_type t = cj->t;
+    const struct xform *x = cj->x;
+    const int64_t n_in = cj->n_in, hd = cj->hd;
+    const size_t row_in = cj->row_in, row_out = cj->row_out;
+    const struct gb_quant_fns fns = cj->fns;
+    uint8_t *out = cj->out;
+    long lo, hi;
+    tp_range((long)cj->n_out, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
     float *row = malloc((size_t)n_in * sizeof *row), *tmp = malloc((size_t)n_in * sizeof *tmp);
-    if (!out || !row || !tmp) {
+    if (!row || !tmp) {
         free(row);
         free(tmp);
-        return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name);
+        atomic_store(&cj->nomem, 1);
+        return;
     }
-    int64_t hd = x->perm_heads ? n_out / x->perm_heads : 0;
-    struct gb_quant_fns fns = quant_fns(t);
-    for (int64_t r = 0; r < n_out; r++) {
+    for (int64_t r = lo; r < hi; r++) {
         int64_t s = x->row_src ? x->row_src[r] : r;
         if (x->perm_heads) { /* GGUF row h*hd + 2i <- HF row h*hd + i; 2i+1 <- i + hd/2 */
             int64_t h = r / hd, j = r % hd;
@@ -258,6 +274,27 @@ static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum g
     }
     free(row);
     free(tmp);
+}
+
+/* Convert src ([n_out, n_in], or 1-D: one row) to type t through x. Returns the buffer
+ * (or the source data when nothing changes). Tensors of more dims are read as
+ * [ne[0], the rest]. */
+static gerbil_status convert(struct qctx *q, const struct gb_tensor *src, enum gb_type t, const struct xform *x,
+                             const void **data, size_t *nbytes) {
+    int64_t n_out = src->n_dims >= 2 ? src->ne[0] : 1;
+    int64_t n_in = tensor_nelements(src) / n_out;
+    if (x->n_rows) n_out = x->n_rows;
+    size_t row_out = type_row_size(t, n_in), row_in = type_row_size(src->type, n_in);
+    *nbytes = row_out * (size_t)n_out;
+    int same = !x->perm_heads && !x->row_src && !x->col_src && x->add == 0 && !x->neg_exp;
+    if (t == src->type && same) { *data = src->data; return GERBIL_OK; }
+    uint8_t *out = qalloc(q, *nbytes);
+    if (!out) return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name);
+    struct conv_job j = {.src = src, .t = t, .x = x, .out = out, .n_out = n_out, .n_in = n_in, .row_in = row_in,
+                         .row_out = row_out, .hd = x->perm_heads ? n_out / x->perm_heads : 0, .fns = quant_fns(t)};
+    atomic_init(&j.nomem, 0);
+    tp_run(q->tp, conv_worker, &j);
+    if (atomic_load(&j.nomem)) return err_set(GERBIL_ERR_NOMEM, "out of memory converting %s", src->name);
     *data = out;
     return GERBIL_OK;
 }
@@ -400,9 +437,96 @@ static int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* A SentencePiece-style BPE tokenizer.json (Llama 2, Mistral, Gemma, TinyLlama): BPE with
+ * byte_fallback whose spaces are U+2581 (a Replace ' ' -> U+2581 normalizer or a Metaspace
+ * pre-tokenizer), no byte-level alphabet. *space_prefix: whether it prepends U+2581 to the
+ * text (a Prepend normalizer, or Metaspace with prepend_scheme other than "never"). */
+static int has_type(const cJSON *node, const char *list_key, const char *type, const cJSON **found) {
+    if (!node) return 0;
+    if (!strcmp(json_get_str(node, "type", ""), type)) return *found = node, 1;
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(node, list_key), *it;
+    cJSON_ArrayForEach(it, seq) if (has_type(it, list_key, type, found)) return 1;
+    return 0;
+}
+
+static int is_spm_bpe(const cJSON *tj, int *space_prefix) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"), *f = NULL;
+    if (strcmp(json_get_str(model, "type", ""), "BPE") || !json_get_bool(model, "byte_fallback", 0) ||
+        is_byte_level(pre))
+        return 0;
+    *space_prefix = 0;
+    if (has_type(pre, "pretokenizers", "Metaspace", &f)) {
+        const char *scheme = json_get_str(f, "prepend_scheme", NULL);
+        *space_prefix = scheme ? strcmp(scheme, "never") != 0 : json_get_bool(f, "add_prefix_space", 1);
+        return 1;
+    }
+    int replace = 0;
+    const cJSON *seq = norm ? cJSON_GetObjectItemCaseSensitive(norm, "normalizers") : NULL, *it;
+    const cJSON *one[1] = {norm};
+    int n = seq ? cJSON_GetArraySize(seq) : norm ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        it = seq ? cJSON_GetArrayItem(seq, i) : one[0];
+        const char *type = json_get_str(it, "type", "");
+        if (!strcmp(type, "Prepend") && !strcmp(json_get_str(it, "prepend", ""), "\xe2\x96\x81")) *space_prefix = 1;
+        if (!strcmp(type, "Replace") && !strcmp(json_get_str(it, "content", ""), "\xe2\x96\x81")) replace = 1;
+    }
+    return replace;
+}
+
+struct piece { const char *s; int64_t id; };
+static int cmp_piece(const void *a, const void *b) {
+    return strcmp(((const struct piece *)a)->s, ((const struct piece *)b)->s);
+}
+
+/* Scores for llama.cpp's SentencePiece merging (merge the adjacent pair whose joined piece
+ * scores highest, leftmost first; src/text/tok_gguf.c reads them back the same way): a
+ * piece scores -(1 + rank of the first merge that produces it), so merges happen in
+ * tokenizer.json's order; pieces no merge produces score 0 (single characters, bytes,
+ * specials) and are counted in *n_unreached when longer than one character. */
+static gerbil_status spm_scores(char **toks, int64_t n, const char **merges, int k, float **out, int *n_unreached) {
+    *out = NULL;
+    *n_unreached = 0;
+    float *sc = calloc((size_t)n, sizeof *sc);
+    struct piece *ix = malloc((size_t)n * sizeof *ix);
+    char *buf = NULL;
+    size_t cap = 0;
+    if (!sc || !ix) { free(sc); free(ix); return err_set(GERBIL_ERR_NOMEM, "out of memory"); }
+    for (int64_t i = 0; i < n; i++) ix[i] = (struct piece){toks[i], i};
+    qsort(ix, (size_t)n, sizeof *ix, cmp_piece);
+    for (int r = 0; r < k; r++) {
+        const char *m = merges[r], *sp = strchr(m, ' ');
+        if (!sp) continue;
+        size_t la = (size_t)(sp - m), lb = strlen(sp + 1);
+        if (la + lb + 1 > cap) {
+            cap = 2 * (la + lb + 1);
+            char *nb = realloc(buf, cap);
+            if (!nb) { free(buf); free(sc); free(ix); return err_set(GERBIL_ERR_NOMEM, "out of memory"); }
+            buf = nb;
+        }
+        memcpy(buf, m, la);
+        memcpy(buf + la, sp + 1, lb + 1);
+        struct piece key = {buf, 0}, *hit = bsearch(&key, ix, (size_t)n, sizeof *ix, cmp_piece);
+        if (hit && sc[hit->id] == 0.0f) sc[hit->id] = -(float)(r + 1);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (sc[i] != 0.0f) continue;
+        const unsigned char *t = (const unsigned char *)toks[i];
+        size_t chars = 0;
+        for (; *t; t++) chars += (*t & 0xC0) != 0x80;
+        if (chars > 1 && strncmp(toks[i], "<0x", 3) && toks[i][0] != '<' && toks[i][0] != '[') (*n_unreached)++;
+    }
+    free(buf);
+    free(ix);
+    *out = sc;
+    return GERBIL_OK;
+}
+
 /* tokenizer.ggml.* from IN/tokenizer.json (+ tokenizer_config.json, config.json), as
- * convert_hf_to_gguf.py's _set_vocab_gpt2 + gguf.SpecialVocab. Writes nothing (and
- * says so) when IN has no tokenizer.json or one that is not a byte-level BPE. */
+ * convert_hf_to_gguf.py's _set_vocab_gpt2 + gguf.SpecialVocab for byte-level BPE, and as
+ * llama.cpp's "llama" vocabulary (tokens, scores, types) for SentencePiece-style BPE. Writes
+ * nothing (and says so) when IN has no tokenizer.json or another kind (Unigram, WordPiece). */
 static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", q->in);
@@ -420,10 +544,13 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *mlist = cJSON_GetObjectItemCaseSensitive(model, "merges");
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
+    int space_prefix = 0;
+    const int spm = cJSON_IsObject(vocab) && cJSON_IsArray(mlist) && is_spm_bpe(tj, &space_prefix);
     if (strcmp(json_get_str(model, "type", ""), "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(mlist) ||
-        !is_byte_level(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"))) {
-        fprintf(stderr, "gerbil quantize: %s is not a byte-level BPE tokenizer (SentencePiece-style tokenizers "
-                        "are not converted yet); the GGUF will have no tokenizer\n", path);
+        (!spm && !is_byte_level(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer")))) {
+        fprintf(stderr, "gerbil quantize: %s is neither a byte-level BPE nor a SentencePiece-style BPE tokenizer "
+                        "(Unigram and WordPiece tokenizers are not converted yet); the GGUF will have no tokenizer\n",
+                path);
         cJSON_Delete(tj);
         return GERBIL_OK;
     }
@@ -498,11 +625,35 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
     const char *pre = q->cfg.arch == ARCH_QWEN35 ? "qwen35" : q->cfg.arch == ARCH_LFM2 ? "lfm2"
                       : q->cfg.arch == ARCH_QWEN2 || q->cfg.arch == ARCH_QWEN3 || q->cfg.arch == ARCH_QWEN3NEXT
                           ? "qwen2" : "llama-bpe";
-    if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2")) ||
-        (st = gguf_writer_add_str(w, "tokenizer.ggml.pre", pre)) ||
-        (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n)) ||
-        (st = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, (uint64_t)n)) ||
-        (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.merges", merges, (uint64_t)k)))
+    int n_unreached = 0;
+    if (spm) {
+        /* llama.cpp's "llama" model: no merges, scores; types: unknown, byte pieces */
+        float *scores = NULL;
+        if ((st = spm_scores(toks, n, merges, k, &scores, &n_unreached))) goto merges_done;
+        const char *unk = tc ? special_content(cJSON_GetObjectItemCaseSensitive(tc, "unk_token")) : NULL;
+        int unk_id = unk ? token_id(vocab, added, unk) : -1;
+        if (unk_id < 0) unk_id = token_id(vocab, added, json_get_str(model, "unk_token", ""));
+        for (int64_t i = 0; i < n; i++) {
+            const char *t = toks[i];
+            if (types[i] == 1 && strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>' && isxdigit((unsigned char)t[3]) &&
+                isxdigit((unsigned char)t[4]))
+                types[i] = 6; /* BYTE */
+        }
+        if (unk_id >= 0 && unk_id < n) types[unk_id] = 2; /* UNKNOWN */
+        if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama")) ||
+            (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n)) ||
+            (st = gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VT_F32, scores, (uint64_t)n)) ||
+            (st = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, (uint64_t)n)) ||
+            (st = gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", space_prefix))) {
+            free(scores);
+            goto merges_done;
+        }
+        free(scores);
+    } else if ((st = gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2")) ||
+               (st = gguf_writer_add_str(w, "tokenizer.ggml.pre", pre)) ||
+               (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n)) ||
+               (st = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, (uint64_t)n)) ||
+               (st = gguf_writer_add_str_arr(w, "tokenizer.ggml.merges", merges, (uint64_t)k)))
         goto merges_done;
     /* special ids: tokenizer_config.json "<x>_token", else config.json "<x>_token_id" */
     static const struct { const char *cfg, *key; } specials[] = {
@@ -546,7 +697,13 @@ static gerbil_status gguf_tokenizer(struct qctx *q, struct gguf_writer *w) {
             }
         } else st = gguf_writer_add_str(w, "tokenizer.chat_template", tmpl);
     }
-    if (!st)
+    if (!st && spm) {
+        fprintf(stderr, "tokenizer: llama (SentencePiece BPE, scores from the merge ranks%s), %lld tokens (%d padding)\n",
+                space_prefix ? ", space prefix" : "", (long long)n, n_pad);
+        if (n_unreached)
+            fprintf(stderr, "gerbil quantize: note: %d multi-character pieces no merge produces; SentencePiece-style "
+                            "merging by score may produce them where tokenizer.json would not\n", n_unreached);
+    } else if (!st)
         fprintf(stderr, "tokenizer: gpt2 (pre \"%s\"), %lld tokens (%d padding), %d merges\n", pre, (long long)n,
                 n_pad, k);
 merges_done:
@@ -918,6 +1075,33 @@ static void remove_tree(const char *dir) { /* dir: shorter than 2048 */
     rmdir(dir);
 }
 
+struct mlx_job {
+    const struct gb_tensor *t;
+    uint32_t *words;
+    uint8_t *sc, *bi;
+    int64_t rows, cols, wpr, gpr;
+    size_t sbs;
+    int bits, g;
+    _Atomic int nomem;
+};
+
+/* Rows [lo, hi) of one MLX quantization (rows are independent). */
+static void mlx_worker(void *ctx, int ith, int nth) {
+    struct mlx_job *m = ctx;
+    long lo, hi;
+    tp_range((long)m->rows, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    float *row = malloc((size_t)m->cols * sizeof *row);
+    if (!row) { atomic_store(&m->nomem, 1); return; }
+    size_t row_in = type_row_size(m->t->type, m->cols);
+    for (int64_t r = lo; r < hi; r++) {
+        type_to_f32(m->t->type, (const uint8_t *)m->t->data + (size_t)r * row_in, row, m->cols);
+        quantize_row_mlx_ref(row, m->words + r * m->wpr, m->sc + (size_t)(r * m->gpr) * m->sbs,
+                             m->bi + (size_t)(r * m->gpr) * m->sbs, m->t->type, m->bits, m->g, m->cols);
+    }
+    free(row);
+}
+
 static gerbil_status write_mlx(struct qctx *q) {
     const struct model_config *c = &q->cfg;
     int bits = q->qt->bits, g = q->group_size;
@@ -963,15 +1147,12 @@ static gerbil_status write_mlx(struct qctx *q) {
         size_t sbs = type_traits(t->type)->type_size;
         uint32_t *words = qalloc(q, (size_t)(rows * wpr) * 4);
         uint8_t *sc = qalloc(q, (size_t)(rows * gpr) * sbs), *bi = qalloc(q, (size_t)(rows * gpr) * sbs);
-        float *row = malloc((size_t)cols * sizeof *row);
-        if (!words || !sc || !bi || !row) { free(row); st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
-        size_t row_in = type_row_size(t->type, cols);
-        for (int64_t r = 0; r < rows; r++) {
-            type_to_f32(t->type, (const uint8_t *)t->data + (size_t)r * row_in, row, cols);
-            quantize_row_mlx_ref(row, words + r * wpr, sc + (size_t)(r * gpr) * sbs, bi + (size_t)(r * gpr) * sbs,
-                                 t->type, bits, g, cols);
-        }
-        free(row);
+        if (!words || !sc || !bi) { st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
+        struct mlx_job mj = {.t = t, .words = words, .sc = sc, .bi = bi, .rows = rows, .cols = cols, .wpr = wpr,
+                             .gpr = gpr, .sbs = sbs, .bits = bits, .g = g};
+        atomic_init(&mj.nomem, 0);
+        tp_run(q->tp, mlx_worker, &mj);
+        if (atomic_load(&mj.nomem)) { st = err_set(GERBIL_ERR_NOMEM, "out of memory"); goto out; }
         char base[512];
         snprintf(base, sizeof base, "%.*s", (int)(nl - 7), t->name);
         const struct { const char *sfx; enum gb_type ty; int64_t c; const void *d; size_t nb; } parts[] = {
@@ -1029,10 +1210,14 @@ out:
 int cmd_quantize(int argc, char **argv) {
     struct qctx q = {.group_size = 64};
     const char *type = NULL;
+    int n_threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         if (!strcmp(argv[i], "--type")) {
             if (!(type = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v || cli_parse_int("--threads", v, 1, 1024, &n_threads)) return 2;
         } else if (!strcmp(argv[i], "--group-size")) {
             const char *v = cli_value(argc, argv, &i);
             if (!v || cli_parse_int("--group-size", v, 32, 128, &q.group_size)) return 2;
@@ -1094,8 +1279,13 @@ int cmd_quantize(int argc, char **argv) {
         model_config_free(&q.cfg);
         return cli_fail("quantize", st);
     }
+    if (n_threads <= 0) {
+        long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n_cpu > 0 ? (int)(n_cpu < 64 ? n_cpu : 64) : 1;
+    }
     q.used = calloc((size_t)st_checkpoint_n_tensors(&q.ck) + 1, 1);
-    if (!q.used) st = err_set(GERBIL_ERR_NOMEM, "out of memory");
+    q.tp = tp_create(n_threads);
+    if (!q.used || !q.tp) st = err_set(GERBIL_ERR_NOMEM, "out of memory");
     else st = q.qt->kind == OUT_GGUF ? write_gguf(&q) : write_mlx(&q);
     if (!st && q.n_fallback)
         fprintf(stderr, "note: %d tensor(s) used a fallback type (see above)\n", q.n_fallback);
@@ -1103,6 +1293,7 @@ int cmd_quantize(int argc, char **argv) {
     for (int i = 0; i < q.n_bufs; i++) free(q.bufs[i]);
     free(q.bufs);
     free(q.used);
+    if (q.tp) tp_free(q.tp);
     st_checkpoint_close(&q.ck);
     model_config_free(&q.cfg);
     return st ? cli_fail("quantize", st) : 0;
