@@ -239,5 +239,31 @@ else
     echo "  (../shared/data/models/stories260K absent: SentencePiece tokenizer check skipped)"
 fi
 
+# Gemma 3's real SentencePiece-style tokenizer (262k pieces, no space prefix) through the
+# GGUF: the same ids as its tokenizer.json (the fixture's weights only carry it)
+TOK=../shared/data/tokenizers/gemma3
+if [ -f $TOK/tokenizer.json ]; then
+    cp -r $FX/gemma3-f32 "$T/g3tok"
+    cp $TOK/tokenizer.json $TOK/tokenizer_config.json "$T/g3tok/"
+    python3 - "$T/g3tok/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["query_pre_attn_scalar"] = c.get("head_dim", 16)  # a GGUF gemma3 runs with 1/sqrt(head_dim)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+    if "$G" quantize "$T/g3tok" "$T/g3tok.gguf" --type q8_0 >/dev/null 2>"$T/g.err"; then
+        ok
+        for text in "Hello world" "  two  spaces, émoji 🐹 and 日本語" "<start_of_turn>user
+hi<end_of_turn>"; do
+            a=$("$G" tokenize --model "$T/g3tok" "$text" 2>&1); b=$("$G" tokenize --model "$T/g3tok.gguf" "$text" 2>&1)
+            if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "gemma3 tokenize \"$text\": folder [$a] gguf [$b]"; fi
+        done
+    else
+        bad "quantize with the gemma3 tokenizer"; tail -5 "$T/g.err"
+    fi
+else
+    echo "  (../shared/data/tokenizers/gemma3 absent: gemma3 tokenizer check skipped)"
+fi
+
 echo "cli_quantize: $pass passed, $fail failed"
 [ $fail -eq 0 ]
