@@ -89,6 +89,11 @@ def main():
     tools = read("tests/templates/cli_tools.json") if os.path.exists("tests/templates/cli_tools.json") else b"[]"
     for p in sorted(glob.glob("tests/templates/*.jinja") + glob.glob(SHARED + "/tokenizers/chat_templates/*.jinja")):
         put(out, "fuzz_jinja", os.path.basename(p), read(p) + SEP + msgs + SEP + tools)
+    # every schema of the grammar tests, compact and flexible, with a walk of every step kind
+    walk = bytes(range(0, 256, 3))
+    for p in sorted(glob.glob("tests/grammar/*.json")):
+        for flags in (0, 1, 6):
+            put(out, "fuzz_grammar", "%s-%d" % (os.path.basename(p), flags), bytes([0, flags]) + read(p) + SEP + walk)
     for name in sorted(os.listdir(out)):
         print("%-18s %4d inputs" % (name, len(os.listdir(os.path.join(out, name)))))
 

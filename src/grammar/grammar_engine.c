@@ -411,7 +411,7 @@ static int state_rehash(gerbil_grammar_t g) {
 static int32_t state_get(gerbil_grammar_t g) {
     if (g->oom) return -1;
     if (g->n_out == 0 && !g->accept_flag && !g->unk_flag) return -1;
-    qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32);
+    if (g->n_out > 1) qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32); /* out may be NULL when empty */
     int m = 0;
     for (int i = 0; i < g->n_out; i++)
         if (!m || g->out[m - 1] != g->out[i]) g->out[m++] = g->out[i];
@@ -423,7 +423,7 @@ static int32_t state_get(gerbil_grammar_t g) {
     for (int32_t i; (i = g->sslots[k]) >= 0; k = (k + 1) & g->sslot_mask) {
         const struct gstate *s = &g->st[i];
         if (s->hash == h && s->n == g->n_out && s->accept == g->accept_flag && s->unk == g->unk_flag &&
-            !memcmp(g->lists + s->off, g->out, (size_t)g->n_out * sizeof *g->out))
+            (!g->n_out || !memcmp(g->lists + s->off, g->out, (size_t)g->n_out * sizeof *g->out)))
             return i;
     }
     if (g->n_st == g->cap_st) {
@@ -453,7 +453,7 @@ static int32_t state_get(gerbil_grammar_t g) {
     s->unk = (uint8_t)g->unk_flag;
     s->trunc = -2;
     g->tr[g->n_st] = NULL;
-    memcpy(g->lists + g->n_lists, g->out, (size_t)g->n_out * sizeof *g->out);
+    if (g->n_out) memcpy(g->lists + g->n_lists, g->out, (size_t)g->n_out * sizeof *g->out); /* lists: NULL until used */
     g->n_lists += (size_t)g->n_out;
     for (int i = 0; i < g->n_out; i++) {
         const gbyteset *bs = &g->ir.sets[g->ir.el[g->nodes[g->out[i]].pos].arg];
