@@ -31,7 +31,6 @@ static inline int qround(float v, int lo, int hi) {
     v = v < (float)hi ? v : (float)hi;
     return (int)(v + 1024.5f) - 1024;
 }
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 /* (int)v clamped to [0, hi] -- ggml's MIN(hi, (int8_t)v) for v >= 0 -- with the
  * clamp done in float so NaN or huge input never reaches the conversion. */
 static inline int trunc_clamp(float v, int hi) {

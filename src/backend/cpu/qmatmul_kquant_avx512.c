@@ -147,7 +147,7 @@ AI void k45_tile(int nb, const uint8_t *row, int q5, const char *xq, size_t xs, 
     }
     for (int i = 0; i < nb; i++) {
         const uint8_t *b = row + (size_t)i * bsz;
-        if (T == 1 && PF_K) {
+        if (T == 1 && PF_K != 0) {
             _mm_prefetch((const char *)b + PF_K, _MM_HINT_T0);
             _mm_prefetch((const char *)b + PF_K + 64, _MM_HINT_T0);
             _mm_prefetch((const char *)b + PF_K + 128, _MM_HINT_T0);
@@ -204,7 +204,7 @@ AI void q6_tile(int nb, const block_q6_K *row, const char *xq, size_t xs, int T,
     UNROLL_T for (int u = 0; u < T; u++) acc[u] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const block_q6_K *b = row + i;
-        if (T == 1 && PF_K) {
+        if (T == 1 && PF_K != 0) {
             const char *p = (const char *)b + PF_K;
             _mm_prefetch(p, _MM_HINT_T0);
             _mm_prefetch(p + 64, _MM_HINT_T0);
