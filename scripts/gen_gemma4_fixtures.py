@@ -231,6 +231,9 @@ def main(argv):
             cfgd = json.load(open(os.path.join(src, "config.json")))
             spec = dict(dtype="bfloat16", group_size=32, bits=4, mode=True, overrides={})
             deq, qinfo, q = gq.build_mlx(path, params, spec, cfgd, src)
+            # NOTE: the committed model.safetensors was then rewritten with the 4-byte tensors first
+            # (same bytes, other order): the 1-element bf16 layer_scalar tensors otherwise leave the
+            # U32 weights after them 2-byte aligned, which gerbil refuses
             sd = base.state_dict()
             with torch.no_grad():
                 for n, arr in deq.items():
