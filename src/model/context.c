@@ -479,6 +479,9 @@ static gerbil_status check_batch(struct gerbil_context *cx, const gerbil_batch *
         if (t == GERBIL_TOKEN_EMBD) {
             if (!b->embd)
                 return err_set(GERBIL_ERR_INVALID_ARG, "row %d is an embedding row but the batch has no embd", i);
+            if (c->ple_dim) /* their per-layer inputs would need the token id behind the embedding */
+                return err_set(GERBIL_ERR_UNSUPPORTED, "row %d is an embedding row: not supported yet for a model "
+                               "with per-layer embeddings (Gemma 4 hidden_size_per_layer_input)", i);
         } else if (t < 0 || t >= c->n_vocab) {
             return err_set(GERBIL_ERR_INVALID_ARG, "token id %d at position %d is outside the vocabulary [0, %d)",
                            (int)t, i, c->n_vocab);
