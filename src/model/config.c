@@ -590,7 +590,7 @@ static gerbil_status read_gemma4(const cJSON *root, const char *path, struct mod
 
 /* Gemma 4 KV sharing: layer l >= n_layer - num_kv_shared_layers reads the cache of the last
  * earlier (unshared) layer of its type. */
-static gerbil_status gemma4_kv_sources(const char *path, struct model_config *cfg) {
+gerbil_status model_kv_sources(const char *path, struct model_config *cfg) {
     cfg->layer_kv_src = malloc((size_t)cfg->n_layer * sizeof *cfg->layer_kv_src);
     if (!cfg->layer_kv_src) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     const int first = cfg->n_layer - cfg->n_kv_shared;
@@ -703,7 +703,7 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     if (root != top) { GB_TRY(read_bos(top, path, cfg)); GB_TRY(read_eos(top, path, cfg)); }
     GB_TRY(read_rope(root, path, cfg));
     GB_TRY(read_layer_types(root, path, cfg));
-    if (cfg->arch == ARCH_GEMMA4) GB_TRY(gemma4_kv_sources(path, cfg));
+    if (cfg->arch == ARCH_GEMMA4) GB_TRY(model_kv_sources(path, cfg));
     GB_TRY(read_mlx_quant(top, path, cfg));
     return GERBIL_OK;
 }

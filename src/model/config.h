@@ -183,6 +183,8 @@ void mlx_quant_for(const struct mlx_quant *q, const char *module, int *bits, int
 /* Fill cfg from a GGUF file's metadata (src/model/config_gguf.c). */
 struct gguf_file;
 gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
+/* Gemma 4 KV sharing (both loaders): cfg->layer_kv_src from n_kv_shared and the layer types. */
+gerbil_status model_kv_sources(const char *path, struct model_config *cfg);
 /* Shared by both loaders: the architecture from its HF class or model_type name. */
 int model_arch_from_name(const char *hf_class, const char *model_type, enum model_arch *out);
 const char *model_arch_name(enum model_arch a);
