@@ -120,6 +120,8 @@ def describe(model):
 def main(argv):
     out = argv[1]
     only = set(argv[2:])
+    # GEMMA4_SRC: where the float fixtures are when only the GGUF one is generated
+    only_src = os.environ.get("GEMMA4_SRC")
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     versions = dict(torch=torch.__version__, transformers=transformers.__version__, numpy=np.__version__)
@@ -242,6 +244,37 @@ def main(argv):
                     base.tie_weights()
             ref = gf.reference(base, ids)
             finish(name, path, ids, ref, base, dict(quantization=q, tensors=qinfo))
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+
+    # GGUF Q8_0 of gemma4-f32 (llama.cpp's gemma4 layout, scripts/gen_gemma4_gguf.py): every 2-D
+    # tensor Q8_0, the rest F32; reference = transformers on the weights dequantized from those bytes
+    for src_name, name in (("gemma4-f32", "gemma4-gguf-q8_0"),):
+        if only and name not in only:
+            continue
+        try:
+            import gen_gemma4_gguf as gg
+            src = os.path.join(only_src or out, src_name)
+            deq = {}
+
+            def enc(hf, shape, data, deq=deq):
+                w = np.frombuffer(data, "<f4").reshape(shape)
+                raw = gq.ggml_encode(w, "q8_0")
+                deq[hf] = gq.ggml_decode(raw, "q8_0", tuple(shape))
+                return "Q8_0", raw.tobytes()
+
+            path = os.path.join(out, name)
+            gg.convert(src, path, encode=enc)
+            m = load(src)
+            sd = m.state_dict()
+            with torch.no_grad():
+                for n, arr in deq.items():
+                    sd[n].copy_(torch.from_numpy(np.ascontiguousarray(arr)))
+            ids = gf.prompt_ids(m.config.vocab_size)
+            ref = gf.reference(m, ids)
+            errs = {n: float(np.sqrt(((deq[n] - sd_f) ** 2).mean() / (sd_f ** 2).mean()))
+                    for n, sd_f in ((n, load(src).state_dict()[n].numpy()) for n in list(deq)[:4])}
+            finish(name, path, ids, ref, m, dict(kind="gguf", ftype="q8_0", rel_rms_err_sample=errs))
         except Exception:  # noqa: BLE001
             traceback.print_exc()
 

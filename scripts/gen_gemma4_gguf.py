@@ -71,7 +71,9 @@ def gguf_name(hf):
     return f"blk.{layer}.{LAYER[mod]}.{suffix}"
 
 
-def convert(src, dst):
+def convert(src, dst, encode=None):
+    """encode(hf_name, shape, f32_bytes) -> (ggml type name, raw bytes) for the 2-D tensors, or None:
+    everything F32 (and src's expected.safetensors copied: the same values)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     tens = read_safetensors(os.path.join(src, "model.safetensors"))
     L = cfg["num_hidden_layers"]
@@ -122,14 +124,18 @@ def convert(src, dst):
     w.add("tokenizer.ggml.eos_token_id", "u32", cfg["eos_token_id"])
     for hf in sorted(tens):
         shape, data = tens[hf]
-        w.add_tensor(gguf_name(hf), "F32", shape, data)
+        typ = "F32"
+        if encode is not None and len(shape) == 2:
+            typ, data = encode(hf, shape, data)
+        w.add_tensor(gguf_name(hf), typ, shape, data)
     assert rope["full_attention"]["rope_type"] == "proportional"
     n_rot = int(hd_full * rope["full_attention"]["partial_rotary_factor"] / 2)
     vals = [1.0] * n_rot + [1e30] * (hd_full // 2 - n_rot)
     w.add_tensor("rope_freqs.weight", "F32", [hd_full // 2], struct.pack("<%df" % len(vals), *vals))
     os.makedirs(dst, exist_ok=True)
     w.write(os.path.join(dst, "model.gguf"))
-    shutil.copy(os.path.join(src, "expected.safetensors"), os.path.join(dst, "expected.safetensors"))
+    if encode is None:
+        shutil.copy(os.path.join(src, "expected.safetensors"), os.path.join(dst, "expected.safetensors"))
     print(f"{dst}: {len(tens) + 1} tensors, {os.path.getsize(os.path.join(dst, 'model.gguf'))} bytes")
 
 
