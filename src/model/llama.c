@@ -59,6 +59,24 @@ static gerbil_status bind_ones(struct binder *b, int64_t n, const float **out) {
     return GERBIL_OK;
 }
 
+/* A one-element float tensor's value (Gemma 4 layer_scalar), read on the host. */
+static gerbil_status read_scalar(struct binder *b, const char *name, float *out) {
+    const struct gb_tensor *t = wsrc_find(&b->m->src, name);
+    char fname[256];
+    if (!t)
+        return err_set(GERBIL_ERR_FORMAT, "missing tensor \"%s\"", wsrc_file_name(&b->m->src, name, fname, sizeof fname));
+    if (tensor_nelements(t) != 1 || !type_traits(t->type)->is_float)
+        return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\": expected one float, found %lld elements of %s", t->name,
+                       (long long)tensor_nelements(t), type_name(t->type));
+    unsigned char raw[8] = {0};
+    memcpy(raw, t->data, type_traits(t->type)->type_size); /* the file may leave it unaligned */
+    type_to_f32(t->type, raw, out, 1);
+    if (!isfinite(*out)) return err_set(GERBIL_ERR_FORMAT, "tensor \"%s\" is not finite", t->name);
+    b->m->weight_bytes += t->nbytes;
+    b->m->n_params += 1;
+    return GERBIL_OK;
+}
+
 /* Gemma 4's per-layer-embedding weights of the model, and of layer l (l < 0: the model's). */
 static gerbil_status ple_bind(struct binder *b, int l, struct layer_weights *w) {
     struct gerbil_model *m = b->m;
@@ -181,11 +199,9 @@ static gerbil_status bind_all(struct gerbil_model *m, struct binder *b) {
             GB_TRY(bind_matrix(b, NAME(down, "weight"), D, Fl, &w->w_down));
         }
         if (c->ple_dim) GB_TRY(ple_bind(b, l, w));
-        if (c->layer_scalar) {
-            const float *ls;
+        if (c->layer_scalar) { /* a host value: op_scale takes it by value */
             snprintf(name, sizeof name, "model.layers.%d.layer_scalar", l);
-            GB_TRY(bind_vector(b, name, 1, 0, &ls));
-            w->out_scale = *ls; /* still the host copy here */
+            GB_TRY(read_scalar(b, name, &w->out_scale));
         }
         if (c->mlp_bias) {
             GB_TRY(bind_vector(b, NAME(gate, "bias"), F, 0, &w->b_gate));
