@@ -383,12 +383,14 @@ def cli_cases():
         ("cli_qwen3.txt", "qwen3", None, True, True, {"enable_thinking": False}),
         ("cli_gemma3.txt", "gemma3", None, False, False, {}),
         ("cli_llama31.txt", "llama3", "meta-llama-Llama-3.1-8B-Instruct.jinja", True, True, {"date_string": "26 Jul 2024"}),
+        # Gemma 4's template over the Gemma 3 tokenizer folder (no Gemma 4 tokenizer.json is stored here)
+        ("cli_gemma4.txt", "gemma3", "google-gemma-4-31B-it.jinja", True, True, {}),
     ]
     for out, model, override, tools, agp, extra in runs:
         src, sp = cfg_of(model)
         if override:
             src = open(os.path.join(TDIR, override), encoding="utf-8").read()
-        m = CONVS["user"] if model == "gemma3" else msgs
+        m = CONVS["user"] if out == "cli_gemma3.txt" else msgs
         ctx = {"messages": m, "tools": TOOLS if tools else None, "documents": None, "add_generation_prompt": agp}
         ctx.update(sp)
         ctx.update(extra)

@@ -31,6 +31,8 @@ echo '[{"role": "user", "content": "Hello!"}]' >"$T/user.json"
 same gemma3_plain "$TD/cli_gemma3.txt" --model "$TOK/gemma3" --messages "$T/user.json"
 same llama31_override "$TD/cli_llama31.txt" --model "$TOK/llama3" --template "$TD/meta-llama-Llama-3.1-8B-Instruct.jinja" \
     --messages "$TD/cli_messages.json" --tools "$TD/cli_tools.json" --add-generation-prompt --var date_string='"26 Jul 2024"'
+same gemma4_tools "$TD/cli_gemma4.txt" --model "$TOK/gemma3" --template "$TD/google-gemma-4-31B-it.jinja" \
+    --messages "$TD/cli_messages.json" --tools "$TD/cli_tools.json" --add-generation-prompt
 fails raise_exception 'Conversation roles must alternate' --model "$TOK/gemma3" --messages "$TD/cli_bad_messages.json"
 fails no_template 'no chat template' --model "$TOK/llama2_spm" --messages "$T/user.json"
 fails bad_var 'JSON' --model "$TOK/qwen3" --messages "$T/user.json" --var enable_thinking=nope

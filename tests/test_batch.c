@@ -60,6 +60,8 @@ static const struct fixture fixtures[] = {
     {"gemma3-gguf-q8_0", 0, 0},
     {"lfm2-f32", 0, 0}, {"lfm2-bf16", 0, 0}, {"lfm2-mlx4", 0, 0}, {"lfm2-gguf-q8_0", 0, 0},
     {"lfm2-q4_k_m", "lfm2-f32", "q4_k_m"},
+    {"gemma4-f32", 0, 0}, {"gemma4-bf16", 0, 0}, {"gemma4-mlx4", 0, 0}, {"gemma4-kv-f32", 0, 0},
+    {"gemma4-gguf-f32", 0, 0},
     /* the fixtures' 64-wide rows take Q5_0/Q8_0 under q4_k_m: a hybrid of 256-wide rows (random
      * weights, bench_make_model) has real Q4_K and Q6_K rows */
     {"tiny-hybrid-q4_k_m", "@tiny-hybrid", "q4_k_m"},
@@ -558,6 +560,7 @@ int main(int argc, char **argv) {
     test_sequences("qwen35-f32", 1);
     test_sequences("qwen3next-f32", 1);
     test_sequences("lfm2-f32", 1);
+    test_sequences("gemma4-f32", 0);
     test_embd_and_taps();
     test_threads();
     if (tmpdir) {

@@ -70,6 +70,24 @@ static void g_mm(cJSON *c) {
     cJSON_ReplaceItemInObject(c, "architectures", cJSON_Parse("[\"Gemma3ForConditionalGeneration\"]"));
 }
 
+/* Gemma 4 as Google's released config.json spells the full layers' geometry (transformers 5.17's
+ * save_pretrained writes per_layer_config instead): the same model. */
+static void g4_released(cJSON *c) {
+    cJSON_DeleteItemFromObject(c, "per_layer_config");
+    cJSON_AddNumberToObject(c, "global_head_dim", 32);
+}
+/* Gemma 4 configs that must be refused, each with a message naming the field. */
+static void g4_moe(cJSON *c) { cJSON_ReplaceItemInObject(c, "enable_moe_block", cJSON_CreateTrue()); }
+static void g4_bidir(cJSON *c) { cJSON_ReplaceItemInObject(c, "use_bidirectional_attention", cJSON_CreateString("all")); }
+static void g4_plc(cJSON *c) {
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "per_layer_config"), "2"), "sliding_window", 4);
+}
+static void g4_share(cJSON *c) { cJSON_ReplaceItemInObject(c, "num_kv_shared_layers", cJSON_CreateNumber(5)); }
+static void g4_rope(cJSON *c) {
+    cJSON *full = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "rope_parameters"), "full_attention");
+    cJSON_ReplaceItemInObject(full, "rope_type", cJSON_CreateString("longrope"));
+}
+
 /* LFM2 as LiquidAI's config.json spells it */
 static void to_lfm2_original(cJSON *cfg) {
     cJSON_DeleteItemFromObject(cfg, "intermediate_size");
@@ -163,6 +181,13 @@ int main(void) {
     check_refused("gemma3-f32", "g-untied", g_untied, GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\"");
     check_refused("gemma3-f32", "g-ffn", g_ffn, GERBIL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight");
     check_refused("gemma3-f32", "g-mm", g_mm, GERBIL_ERR_FORMAT, "text_config");
+    CHECK(make_variant("gemma4-f32", "g4-released", g4_released) == 0);
+    check_logits("gemma4-f32", "g4-released");
+    check_refused("gemma4-f32", "g4-moe", g4_moe, GERBIL_ERR_UNSUPPORTED, "enable_moe_block");
+    check_refused("gemma4-f32", "g4-bidir", g4_bidir, GERBIL_ERR_UNSUPPORTED, "use_bidirectional_attention = all");
+    check_refused("gemma4-f32", "g4-plc", g4_plc, GERBIL_ERR_UNSUPPORTED, "per_layer_config[2].sliding_window");
+    check_refused("gemma4-f32", "g4-share", g4_share, GERBIL_ERR_FORMAT, "no earlier layer of its type");
+    check_refused("gemma4-f32", "g4-rope", g4_rope, GERBIL_ERR_UNSUPPORTED, "\"longrope\"");
     CHECK(make_variant("lfm2-f32", "lfm2-original", to_lfm2_original) == 0);
     check_logits("lfm2-f32", "lfm2-original");
     CHECK(make_variant("lfm2-f32", "lfm2-rope-per-type", to_lfm2_rope_per_type) == 0);

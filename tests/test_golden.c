@@ -24,6 +24,7 @@ static const char *fixtures[] = {
     "gemma3-mm-f32", "gemma3-mm-renamed-f32", "qwen35-f32", "qwen35-bf16", "qwen35-long", "qwen35-vl-bf16",
     "qwen3next-f32", "qwen3next-bf16", "qwen3next-long",
     "lfm2-f32", "lfm2-bf16", "lfm2-long", "lfm2-bias-f32",
+    "gemma4-f32", "gemma4-bf16", "gemma4-mm-f32", "gemma4-kv-f32",
 };
 
 struct expected {
@@ -150,7 +151,10 @@ static void test_fixture(const char *name) {
             /* f16 KV (the default): looser logits, same greedy tokens */
             CHECK(run_logits(m, GERBIL_KV_F16, &e, 0, lg) == 0);
             d = max_abs_diff(lg, e.logits, n_logits);
-            CHECKF(d <= 1e-2f, "%s: f16 KV: max |logit - reference| = %g > 1e-2", name, d);
+            /* Gemma 4 attends with scale 1 over RMS-normalised q and k (|q.k| up to ~head_dim),
+             * so the f16 rounding of k moves the scores more: measured 0.015 on gemma4-kv-f32 */
+            const float f16_tol = strncmp(name, "gemma4", 6) == 0 ? 3e-2f : 1e-2f;
+            CHECKF(d <= f16_tol, "%s: f16 KV: max |logit - reference| = %g > %g", name, d, f16_tol);
             CHECK(run_greedy(m, GERBIL_KV_F16, &e, greedy) == 0);
             CHECKF(memcmp(greedy, e.greedy, (size_t)e.n_greedy * sizeof(int32_t)) == 0,
                    "%s: f16 KV: greedy continuation differs from transformers", name);

@@ -38,6 +38,7 @@ static const char *fixtures[] = {
     "llama-gguf-q8_0", "llama-gguf-q4_k", "qwen2-gguf-q8_0",
     "gemma3-mlx4", "gemma3-gguf-q8_0", "gemma3-gguf-q4_k",
     "lfm2-gguf-bf16", "lfm2-gguf-q8_0",
+    "gemma4-mlx4", "gemma4-gguf-f32", "gemma4-kv-gguf-f32",
 };
 
 static int argmax(const float *v, int n) {

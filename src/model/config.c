@@ -26,6 +26,8 @@ static const struct {
     {"Gemma3ForConditionalGeneration", "gemma3", ARCH_GEMMA3},
     {"Qwen3NextForCausalLM", "qwen3_next", ARCH_QWEN3NEXT},
     {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
+    {"Gemma4ForCausalLM", "gemma4_text", ARCH_GEMMA4},
+    {"Gemma4ForConditionalGeneration", "gemma4", ARCH_GEMMA4},
 };
 
 /* Architectures with Gated DeltaNet layers. */
@@ -119,10 +121,13 @@ static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_
     if (rp) prf = json_get_num(rp, "partial_rotary_factor", prf);
     if (!(prf > 0.0 && prf <= 1.0))
         return err_set(GERBIL_ERR_FORMAT, "%s: partial_rotary_factor %g must be in (0, 1]", path, prf);
-    r->n_dims = (int)(cfg->head_dim * prf);
-    if (r->n_dims < 2 || r->n_dims > cfg->head_dim || r->n_dims % 2)
+    /* Gemma 4: the global rope (cfg->rope) belongs to the full layers and their head_dim */
+    const int hd = r == &cfg->rope && cfg->head_dim_full ? cfg->head_dim_full : cfg->head_dim;
+    r->n_dims = (int)(hd * prf);
+    if (cfg->arch == ARCH_GEMMA4) r->n_dims = hd; /* transformers' Gemma 4 default rope ignores the factor */
+    if (r->n_dims < 2 || r->n_dims > hd || r->n_dims % 2)
         return err_set(GERBIL_ERR_FORMAT, "%s: partial_rotary_factor %g gives %d rotary dims for head_dim %d",
-                       path, prf, r->n_dims, cfg->head_dim);
+                       path, prf, r->n_dims, hd);
 
     r->max_pos = cfg->n_ctx_train;
     r->type = ROPE_DEFAULT;
@@ -133,15 +138,26 @@ static gerbil_status rope_from(const cJSON *root, const cJSON *rp, double theta_
     if (!type) type = json_get_str(rp, "type", "default");
     static const struct { const char *name; enum rope_type t; } types[] = {
         {"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
-        {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN},
+        {"llama3", ROPE_LLAMA3}, {"yarn", ROPE_YARN}, {"proportional", ROPE_PROPORTIONAL},
     };
     int found = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcmp(type, types[i].name) == 0) { r->type = types[i].t; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s: rope type \"%s\" is not supported "
-                       "(supported: default, linear, dynamic, llama3, yarn)", path, what, type);
+                       "(supported: default, linear, dynamic, llama3, yarn, proportional)", path, what, type);
     if (r->type == ROPE_DEFAULT) return GERBIL_OK;
+    if (r->type == ROPE_PROPORTIONAL) {
+        /* transformers: rope_angles = int(partial_rotary_factor * head_dim // 2) of head_dim / 2
+         * pairs rotate, every pair (i, i + head_dim / 2) of the whole head */
+        r->n_dims = hd;
+        r->prop_angles = (int)floor(prf * hd / 2.0);
+        r->factor = json_get_num(rp, "factor", 1.0);
+        if (!(r->factor > 0.0) || !isfinite(r->factor))
+            return err_set(GERBIL_ERR_FORMAT, "%s: %s: proportional rope needs a positive \"factor\"", path, what);
+        if (hd % 2) return err_set(GERBIL_ERR_FORMAT, "%s: %s: head_dim %d is odd", path, what, hd);
+        return GERBIL_OK;
+    }
 
     r->factor = json_get_num(rp, "factor", 0.0);
     if (!(r->factor > 0.0) || !isfinite(r->factor))
@@ -184,7 +200,7 @@ static gerbil_status read_rope(const cJSON *root, const char *path, struct model
         return rope_from(root, rp, json_get_num(root, "rope_theta", json_get_num(root, "theta", 1e6)), path, "rope",
                          cfg, &cfg->rope);
     }
-    if (cfg->arch != ARCH_GEMMA3)
+    if (cfg->arch != ARCH_GEMMA3 && cfg->arch != ARCH_GEMMA4)
         return rope_from(root, rp, json_get_num(root, "rope_theta", 10000.0), path, "rope", cfg, &cfg->rope);
 
     /* Gemma 3: global (full_attention) and sliding layers rotate differently. transformers 5:
@@ -237,6 +253,7 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
     /* 0 and negative windows mean "none" in some configs; huge or fractional ones are errors */
     if (sw && cJSON_IsNumber(sw) && sw->valuedouble >= 1) GB_TRY(get_int_in(root, "sliding_window", 0, 1, CONFIG_MAX_INT, path, &window));
     if (cfg->arch == ARCH_GEMMA3 && !sw) window = 4096; /* Gemma3TextConfig's default */
+    if (cfg->arch == ARCH_GEMMA4 && !sw) window = 512;  /* Gemma4TextConfig's default */
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
     if (lt && cJSON_IsArray(lt)) {
         if (cJSON_GetArraySize(lt) != cfg->n_layer)
@@ -260,6 +277,9 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
         int every;
         GB_TRY(get_int_in(root, "full_attention_interval", 4, 1, CONFIG_MAX_INT, path, &every));
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_kind[i] = (i + 1) % every ? LAYER_DELTANET : LAYER_ATTENTION;
+    } else if (cfg->arch == ARCH_GEMMA4) {
+        /* Gemma4TextConfig: every 6th layer is full, and the last one always */
+        for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = (i + 1) % 6 != 0;
     } else if (cfg->arch == ARCH_GEMMA3) {
         /* older Gemma 3 configs: every sliding_window_pattern-th layer is global */
         int pattern;
@@ -278,6 +298,7 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
         }
         for (int i = first; use && i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
     }
+    if (cfg->arch == ARCH_GEMMA4) cfg->layer_sliding[cfg->n_layer - 1] = 0; /* as Gemma4TextConfig forces */
     int any = 0;
     for (int i = 0; i < cfg->n_layer; i++) any |= cfg->layer_sliding[i];
     if (any && window == 0)
@@ -474,6 +495,120 @@ static gerbil_status read_gemma3(const cJSON *root, const char *path, struct mod
                      &cfg->act);
 }
 
+/* Gemma 4's attention geometry overrides: global_head_dim / num_global_key_value_heads (the
+ * released configs), or transformers 5.17's per_layer_config {"<layer>": {"head_dim": ..,
+ * "num_key_value_heads": ..}} (what save_pretrained writes). A sliding layer must keep head_dim
+ * and num_key_value_heads; any other override is refused by name. */
+static gerbil_status read_gemma4_geometry(const cJSON *root, const char *path, struct model_config *cfg) {
+    const int k_eq_v = cfg->attn_k_eq_v;
+    const cJSON *plc = cJSON_GetObjectItemCaseSensitive(root, "per_layer_config");
+    if (plc && !cJSON_IsNull(plc)) {
+        if (!cJSON_IsObject(plc)) return err_set(GERBIL_ERR_FORMAT, "%s: per_layer_config must be an object", path);
+        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+        const cJSON *e;
+        cJSON_ArrayForEach(e, plc) {
+            char *end = NULL;
+            long idx = strtol(e->string, &end, 10);
+            if (!cJSON_IsObject(e) || !*e->string || *end || idx < 0 || idx >= cfg->n_layer)
+                return err_set(GERBIL_ERR_FORMAT, "%s: per_layer_config key \"%s\" is not a layer index below %d "
+                               "with an object", path, e->string, cfg->n_layer);
+            const cJSON *t = cJSON_IsArray(lt) ? cJSON_GetArrayItem(lt, (int)idx) : NULL;
+            int full = t && cJSON_IsString(t) ? strcmp(t->valuestring, "full_attention") == 0
+                                              : (idx + 1) % 6 == 0 || idx == cfg->n_layer - 1;
+            const cJSON *f;
+            cJSON_ArrayForEach(f, e) {
+                int v = 0;
+                int is_hd = !strcmp(f->string, "head_dim"), is_kv = !strcmp(f->string, "num_key_value_heads");
+                if (!is_hd && !is_kv)
+                    return err_set(GERBIL_ERR_UNSUPPORTED, "%s: per_layer_config[%s].%s is not supported", path,
+                                   e->string, f->string);
+                GB_TRY(get_pos_int(e, f->string, 0, path, &v));
+                int *dst = is_hd ? &cfg->head_dim_full : &cfg->n_head_kv_full;
+                int base = is_hd ? cfg->head_dim : cfg->n_head_kv;
+                if (!full) {
+                    if (v != base)
+                        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: per_layer_config[%s].%s = %d on a sliding layer "
+                                       "(%d elsewhere) is not supported", path, e->string, f->string, v, base);
+                } else if (*dst && *dst != v) {
+                    return err_set(GERBIL_ERR_UNSUPPORTED, "%s: per_layer_config gives full layers different %s "
+                                   "(%d and %d)", path, f->string, *dst, v);
+                } else {
+                    *dst = v;
+                }
+            }
+        }
+    } else {
+        GB_TRY(get_int_in(root, "global_head_dim", 512, 1, 65536, path, &cfg->head_dim_full));
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "num_global_key_value_heads");
+        if (k_eq_v && g && !cJSON_IsNull(g)) GB_TRY(get_pos_int(root, "num_global_key_value_heads", 0, path, &cfg->n_head_kv_full));
+    }
+    if (cfg->head_dim_full == cfg->head_dim) cfg->head_dim_full = 0;
+    if (cfg->n_head_kv_full == cfg->n_head_kv) cfg->n_head_kv_full = 0;
+    if (cfg->head_dim_full > 65536 || cfg->head_dim_full % 2)
+        return err_set(GERBIL_ERR_FORMAT, "%s: the full layers' head_dim %d must be even and at most 65536", path,
+                       cfg->head_dim_full);
+    if (cfg->n_head_kv_full && cfg->n_head % cfg->n_head_kv_full)
+        return err_set(GERBIL_ERR_FORMAT, "%s: num_attention_heads %d not a multiple of the full layers' %d KV heads",
+                       path, cfg->n_head, cfg->n_head_kv_full);
+    return GERBIL_OK;
+}
+
+/* Gemma 4's own fields (Gemma4TextConfig defaults where a key is absent); the sizes are required. */
+static gerbil_status read_gemma4(const cJSON *root, const char *path, struct model_config *cfg) {
+    cfg->qk_norm = cfg->v_norm = cfg->post_norms = cfg->embd_scale = cfg->layer_scalar = 1;
+    cfg->norm_add_one = 0;   /* Gemma4RMSNorm scales by w */
+    cfg->attn_scale = 1.0f;  /* Gemma4TextAttention.scaling = 1.0 (q and k are RMS-normalised) */
+    cfg->attn_qkv_bias = cfg->attn_o_bias = json_get_bool(root, "attention_bias", 0);
+    const cJSON *cap = cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping");
+    if (cap && !cJSON_IsNull(cap)) {
+        if (!cJSON_IsNumber(cap) || !(cap->valuedouble > 0 && cap->valuedouble <= 1e30))
+            return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must be a positive number or null", path);
+        cfg->final_softcap = (float)cap->valuedouble;
+    }
+    const cJSON *bd = cJSON_GetObjectItemCaseSensitive(root, "use_bidirectional_attention");
+    /* "vision" makes only image tokens bidirectional: text-only prompts stay causal */
+    if (bd && !cJSON_IsNull(bd) && !(cJSON_IsString(bd) && !strcmp(bd->valuestring, "vision")) && !cJSON_IsFalse(bd))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention = %s is not supported (only null or "
+                       "\"vision\")", path, cJSON_IsString(bd) ? bd->valuestring : "(not a string)");
+    if (json_get_bool(root, "enable_moe_block", 0))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: enable_moe_block (Gemma 4's mixture-of-experts feed-forward) is "
+                       "not supported", path);
+    cfg->attn_k_eq_v = json_get_bool(root, "attention_k_eq_v", 0);
+    GB_TRY(read_gemma4_geometry(root, path, cfg));
+    GB_TRY(get_int_in(root, "num_kv_shared_layers", 0, 0, cfg->n_layer - 1, path, &cfg->n_kv_shared));
+    cfg->ff_wide_shared = json_get_bool(root, "use_double_wide_mlp", 0);
+    const cJSON *ple = cJSON_GetObjectItemCaseSensitive(root, "hidden_size_per_layer_input");
+    if (!ple) cfg->ple_dim = 256;
+    else if (!cJSON_IsNull(ple)) GB_TRY(get_int_in(root, "hidden_size_per_layer_input", 0, 0, 65536, path, &cfg->ple_dim));
+    if (cfg->ple_dim) GB_TRY(get_pos_int(root, "vocab_size_per_layer_input", 262144, path, &cfg->ple_vocab));
+    if ((int64_t)cfg->ple_dim * cfg->n_layer > CONFIG_MAX_INT)
+        return err_set(GERBIL_ERR_FORMAT, "%s: hidden_size_per_layer_input %d x %d layers is too large", path,
+                       cfg->ple_dim, cfg->n_layer);
+    return parse_act(json_get_str(root, "hidden_activation", "gelu_pytorch_tanh"), "hidden_activation", path,
+                     &cfg->act);
+}
+
+/* Gemma 4 KV sharing: layer l >= n_layer - num_kv_shared_layers reads the cache of the last
+ * earlier (unshared) layer of its type. */
+gerbil_status model_kv_sources(const char *path, struct model_config *cfg) {
+    cfg->layer_kv_src = malloc((size_t)cfg->n_layer * sizeof *cfg->layer_kv_src);
+    if (!cfg->layer_kv_src) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    const int first = cfg->n_layer - cfg->n_kv_shared;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        cfg->layer_kv_src[l] = l;
+        if (l < first) continue;
+        int src = -1;
+        for (int j = first - 1; j >= 0 && src < 0; j--)
+            if (cfg->layer_sliding[j] == cfg->layer_sliding[l]) src = j;
+        if (src < 0)
+            return err_set(GERBIL_ERR_FORMAT, "%s: num_kv_shared_layers %d: layer %d (%s) has no earlier layer of its "
+                           "type to share the KV of", path, cfg->n_kv_shared, l,
+                           cfg->layer_sliding[l] ? "sliding_attention" : "full_attention");
+        cfg->layer_kv_src[l] = src;
+    }
+    return GERBIL_OK;
+}
+
 static gerbil_status parse_config(const cJSON *top, const char *path, struct model_config *cfg) {
     if (!cJSON_IsObject(top)) return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path);
 
@@ -487,7 +622,8 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
                        "%s: unknown architecture \"%s\" (model_type \"%s\"); supported: "
                        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                        "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (text), Qwen3NextForCausalLM, "
-                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Lfm2ForCausalLM",
+                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma4ForCausalLM, "
+                       "Gemma4ForConditionalGeneration (text), Lfm2ForCausalLM",
                        path, cls ? cls : "(none)", mtype ? mtype : "(none)");
     /* root: where the text model's hyperparameters are, text_config in a multimodal
      * checkpoint (whose top level still holds quantization and, often, tie_word_embeddings) */
@@ -523,7 +659,8 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     cfg->norm_eps = (float)eps;
     if (!(cfg->norm_eps > 0)) return err_set(GERBIL_ERR_FORMAT, "%s: %s must be positive", path, eps_key);
 
-    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings", json_get_bool(top, "tie_word_embeddings", g || lfm2));
+    cfg->tie_embeddings = json_get_bool(root, "tie_word_embeddings",
+                                        json_get_bool(top, "tie_word_embeddings", g || lfm2 || cfg->arch == ARCH_GEMMA4));
     if (lfm2) cfg->tie_embeddings = json_get_bool(root, "tie_embedding", cfg->tie_embeddings); /* the original key wins */
     int attention_bias = json_get_bool(root, "attention_bias", 0);
     switch (cfg->arch) {
@@ -543,6 +680,7 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
         GB_TRY(read_deltanet(root, path, cfg));
         break;
     case ARCH_GEMMA3: GB_TRY(read_gemma3(root, path, cfg)); break;
+    case ARCH_GEMMA4: GB_TRY(read_gemma4(root, path, cfg)); break;
     case ARCH_QWEN3NEXT:
         cfg->attn_qkv_bias = cfg->attn_o_bias = attention_bias;
         cfg->qk_norm = cfg->norm_add_one = cfg->attn_out_gate = 1;
@@ -552,7 +690,7 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
         break;
     default: break;
     }
-    if (!g) GB_TRY(parse_act(json_get_str(root, "hidden_act", "silu"), "hidden_act", path, &cfg->act));
+    if (!g && cfg->arch != ARCH_GEMMA4) GB_TRY(parse_act(json_get_str(root, "hidden_act", "silu"), "hidden_act", path, &cfg->act));
 
     const char *dt = json_get_str(root, "torch_dtype", NULL);
     if (!dt) dt = json_get_str(root, "dtype", NULL);
@@ -565,6 +703,7 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     if (root != top) { GB_TRY(read_bos(top, path, cfg)); GB_TRY(read_eos(top, path, cfg)); }
     GB_TRY(read_rope(root, path, cfg));
     GB_TRY(read_layer_types(root, path, cfg));
+    if (cfg->arch == ARCH_GEMMA4) GB_TRY(model_kv_sources(path, cfg));
     GB_TRY(read_mlx_quant(top, path, cfg));
     return GERBIL_OK;
 }
@@ -601,6 +740,8 @@ void model_config_free(struct model_config *cfg) {
     free(cfg->layer_sliding);
     free(cfg->layer_kind);
     free(cfg->layer_moe);
+    free(cfg->layer_kv_src);
+    cfg->layer_kv_src = NULL;
     cfg->layer_sliding = NULL;
     cfg->layer_kind = NULL;
     cfg->layer_moe = NULL;

@@ -19,10 +19,14 @@ enum model_arch {
                        interleaved DeltaNet input projections and sparse MoE feed-forwards */
     ARCH_LFM2,      /* Lfm2ForCausalLM (Liquid AI): gated short-convolution layers + attention
                        with per-head q/k norms; its own module names (see llama.c) */
+    ARCH_GEMMA4,    /* Gemma4ForCausalLM, and the text tower of Gemma4ForConditionalGeneration:
+                       Gemma 3's layout plus the fields marked "Gemma 4" below */
     ARCH_COUNT,
 };
 
-enum rope_type { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN };
+/* ROPE_PROPORTIONAL (Gemma 4's full layers): every head_dim/2 pair (i, i + head_dim/2) has a
+ * frequency base^(-2i/head_dim) for i < prop_angles and 0 (no rotation) above. */
+enum rope_type { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN, ROPE_PROPORTIONAL };
 
 /* The feed-forward activation applied to gate before the product with up. */
 enum ffn_act { ACT_SILU = 0, ACT_GELU_TANH /* gelu_pytorch_tanh */ };
@@ -40,6 +44,7 @@ struct rope_config {
     double beta_fast, beta_slow; /* yarn */
     double mscale, mscale_all_dim; /* yarn (DeepSeek style), 0 when absent */
     int truncate;              /* yarn: round the correction range to integers */
+    int prop_angles;           /* proportional: rotated pairs, int(partial_rotary_factor * head_dim // 2) */
 };
 
 enum { MODEL_MAX_EOS = 8, MODEL_MAX_LAYERS = 1024 };
@@ -133,6 +138,17 @@ struct model_config {
     int embd_scale;            /* Gemma 3: embeddings multiplied by sqrt(n_embd) (rounding: see llama.c) */
     float attn_scale;          /* q.k multiplier; 0: 1/sqrt(head_dim) */
     float final_softcap;       /* logits = cap * tanh(logits / cap); 0: none */
+    /* Gemma 4 (each 0 / NULL elsewhere) */
+    int head_dim_full;         /* full_attention layers' head_dim (global_head_dim); 0: head_dim */
+    int n_head_kv_full;        /* their KV heads (num_global_key_value_heads); 0: n_head_kv */
+    int attn_k_eq_v;           /* full layers have no v_proj: v is the k projection (before k_norm) */
+    int v_norm;                /* values RMS-normalised per head, without a weight */
+    int n_kv_shared;           /* num_kv_shared_layers: the last n layers reuse the KV of layer_kv_src */
+    int32_t *layer_kv_src;     /* [n_layer] the layer whose KV cache a layer reads (itself unless shared) */
+    int ff_wide_shared;        /* use_double_wide_mlp: the KV-shared layers' ffn is 2 * n_ff wide */
+    int ple_dim;               /* hidden_size_per_layer_input: per-layer embeddings (0: none) */
+    int ple_vocab;             /* vocab_size_per_layer_input */
+    int layer_scalar;          /* each layer's output multiplied by its layer_scalar */
     char dtype[16];            /* torch_dtype / dtype as declared */
     struct mlx_quant mlx;
     int rope_interleaved;      /* rotate pairs (2i, 2i+1): GGUF "llama" checkpoints, whose
@@ -142,6 +158,23 @@ struct model_config {
     int32_t eos_ids[MODEL_MAX_EOS];
 };
 
+/* Per-layer attention geometry and ffn width (Gemma 4's full layers differ from its sliding ones). */
+static inline int layer_head_dim(const struct model_config *c, int l) {
+    return c->head_dim_full && !c->layer_sliding[l] ? c->head_dim_full : c->head_dim;
+}
+static inline int layer_n_kv(const struct model_config *c, int l) {
+    return c->n_head_kv_full && !c->layer_sliding[l] ? c->n_head_kv_full : c->n_head_kv;
+}
+static inline int layer_kv_shared(const struct model_config *c, int l) {
+    return c->layer_kv_src && c->layer_kv_src[l] != l;
+}
+static inline int layer_n_ff(const struct model_config *c, int l) {
+    return c->ff_wide_shared && layer_kv_shared(c, l) ? 2 * c->n_ff : c->n_ff;
+}
+static inline int max_head_dim(const struct model_config *c) {
+    return c->head_dim_full > c->head_dim ? c->head_dim_full : c->head_dim;
+}
+
 /* Read dir/config.json (+ dir/generation_config.json when present) and validate. */
 gerbil_status model_config_load(const char *dir, struct model_config *cfg);
 void model_config_free(struct model_config *cfg);
@@ -150,6 +183,8 @@ void mlx_quant_for(const struct mlx_quant *q, const char *module, int *bits, int
 /* Fill cfg from a GGUF file's metadata (src/model/config_gguf.c). */
 struct gguf_file;
 gerbil_status model_config_from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
+/* Gemma 4 KV sharing (both loaders): cfg->layer_kv_src from n_kv_shared and the layer types. */
+gerbil_status model_kv_sources(const char *path, struct model_config *cfg);
 /* Shared by both loaders: the architecture from its HF class or model_type name. */
 int model_arch_from_name(const char *hf_class, const char *model_type, enum model_arch *out);
 const char *model_arch_name(enum model_arch a);

@@ -20,6 +20,7 @@ static const struct {
     {"gemma3", ARCH_GEMMA3},
     {"qwen3next", ARCH_QWEN3NEXT},
     {"lfm2", ARCH_LFM2},
+    {"gemma4", ARCH_GEMMA4},
 };
 
 enum { OPTIONAL_ZERO_OK = 1 };
@@ -142,6 +143,163 @@ static gerbil_status gguf_moe(const struct gguf_file *f, const char *arch, const
     return GERBIL_OK;
 }
 
+/* "{arch}.{suffix}": one integer (or bool) for every layer, or an array of n_layer; def < 0: required. */
+static gerbil_status layer_ints(const struct gguf_file *f, const char *arch, const char *suffix, int64_t def,
+                                int n_layer, const char *path, int32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_VT_ARRAY) {
+        uint32_t v;
+        if (kv && kv->type == GGUF_VT_BOOL) {
+            int b;
+            GB_TRY(gguf_get_bool(f, key, 0, &b));
+            v = (uint32_t)b;
+        } else {
+            if (!kv && def < 0) return err_set(GERBIL_ERR_FORMAT, "%s: missing metadata \"%s\"", path, key);
+            GB_TRY(arch_u32_x(f, arch, suffix, (uint32_t)(def < 0 ? 0 : def), OPTIONAL_ZERO_OK, path, &v));
+        }
+        for (int i = 0; i < n_layer; i++) out[i] = (int32_t)v;
+        return GERBIL_OK;
+    }
+    if (kv->arr_n != (uint64_t)n_layer)
+        return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" has %llu entries for %d layers", path, key,
+                       (unsigned long long)kv->arr_n, n_layer);
+    const struct gguf_kv *a;
+    if (kv->arr_type == GGUF_VT_BOOL) {
+        GB_TRY(gguf_get_arr(f, key, GGUF_VT_BOOL, &a));
+        for (int i = 0; i < n_layer; i++) out[i] = ((const unsigned char *)a->arr_data)[i] != 0;
+        return GERBIL_OK;
+    }
+    GB_TRY(gguf_get_arr(f, key, kv->arr_type, &a));
+    if (kv->arr_type != GGUF_VT_U32 && kv->arr_type != GGUF_VT_I32)
+        return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" must hold integers", path, key);
+    for (int i = 0; i < n_layer; i++) {
+        int64_t x = gguf_arr_int(a, (uint64_t)i);
+        if (x < 0 || x > CONFIG_MAX_INT)
+            return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\"[%d] = %lld is out of range", path, key, i, (long long)x);
+        out[i] = (int32_t)x;
+    }
+    return GERBIL_OK;
+}
+
+/* Gemma 4 as llama.cpp's converter writes it (conversion/gemma.py Gemma4Model): key_length /
+ * key_length_swa the full / sliding head_dim, per-layer head_count_kv and feed_forward_length
+ * arrays, sliding_window_pattern a bool per layer, shared_kv_layers, the per-layer-embedding
+ * width, norms stored as w, and the full layers' proportional RoPE as rope_freqs (1 for a rotated
+ * pair, 1e30 for the others). */
+static gerbil_status gguf_gemma4_layers(const struct gguf_file *f, const char *arch, const char *path,
+                                        struct model_config *cfg, int32_t *ff, int32_t *kvh, int32_t *swa) {
+    const int L = cfg->n_layer;
+    uint32_t v;
+    GB_TRY(layer_ints(f, arch, "feed_forward_length", -1, L, path, ff));
+    GB_TRY(layer_ints(f, arch, "attention.head_count_kv", cfg->n_head, L, path, kvh));
+    GB_TRY(layer_ints(f, arch, "attention.sliding_window_pattern", -1, L, path, swa));
+    const int hd_full = cfg->head_dim;
+    GB_TRY(arch_u32(f, arch, "attention.key_length_swa", (uint32_t)hd_full, path, &v));
+    if (v > 65536 || v % 2) return err_set(GERBIL_ERR_FORMAT, "%s: key_length_swa %u", path, v);
+    cfg->head_dim = (int)v;
+    cfg->head_dim_full = hd_full != cfg->head_dim ? hd_full : 0;
+    GB_TRY(arch_u32_x(f, arch, "attention.shared_kv_layers", 0, OPTIONAL_ZERO_OK, path, &v));
+    if (v >= (uint32_t)L) return err_set(GERBIL_ERR_FORMAT, "%s: shared_kv_layers %u for %d layers", path, v, L);
+    cfg->n_kv_shared = (int)v;
+    int kv_swa = 0, kv_full = 0;
+    for (int i = 0; i < L; i++) {
+        cfg->layer_sliding[i] = (uint8_t)(swa[i] != 0);
+        int *k = swa[i] ? &kv_swa : &kv_full;
+        if (kvh[i] <= 0 || kvh[i] > 4096 || cfg->n_head % kvh[i] || (*k && *k != kvh[i]))
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: head_count_kv[%d] = %d is not supported (layers of one type "
+                           "must agree and divide head_count %d)", path, i, kvh[i], cfg->n_head);
+        *k = kvh[i];
+    }
+    cfg->n_head_kv = kv_swa ? kv_swa : kv_full;
+    cfg->n_head_kv_full = kv_full && kv_full != cfg->n_head_kv ? kv_full : 0;
+    GB_TRY(model_kv_sources(path, cfg));
+    cfg->n_ff = ff[0];
+    for (int i = 0; i < L; i++) {
+        const int shared = cfg->layer_kv_src[i] != i;
+        if (ff[i] == 2 * cfg->n_ff && shared && cfg->n_ff) cfg->ff_wide_shared = 1;
+        else if (ff[i] != cfg->n_ff || ff[i] == 0)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: feed_forward_length[%d] = %d (layer 0: %d) is not supported",
+                           path, i, ff[i], cfg->n_ff);
+    }
+    for (int i = 0; i < L; i++)
+        if (cfg->ff_wide_shared && cfg->layer_kv_src[i] != i && ff[i] != 2 * cfg->n_ff)
+            return err_set(GERBIL_ERR_UNSUPPORTED, "%s: feed_forward_length[%d] = %d: the KV-shared layers' widths "
+                           "differ", path, i, ff[i]);
+    return GERBIL_OK;
+}
+
+static gerbil_status gguf_gemma4(const struct gguf_file *f, const char *arch, const char *path,
+                                 struct model_config *cfg) {
+    const int L = cfg->n_layer;
+    uint32_t v;
+    cfg->qk_norm = cfg->v_norm = cfg->post_norms = cfg->embd_scale = 1;
+    cfg->act = ACT_GELU_TANH;
+    cfg->attn_scale = 1.0f;
+    GB_TRY(arch_f32(f, arch, "final_logit_softcapping", 0.0f, &cfg->final_softcap));
+    if (cfg->final_softcap < 0) return err_set(GERBIL_ERR_FORMAT, "%s: final_logit_softcapping must not be negative", path);
+    if (gguf_find_tensor(f, "blk.0.ffn_gate_inp.weight"))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: Gemma 4's mixture-of-experts layers (ffn_gate_inp) are not "
+                       "supported", path);
+    int32_t *tmp = malloc(3 * (size_t)L * sizeof *tmp);
+    if (!tmp) return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    gerbil_status st = gguf_gemma4_layers(f, arch, path, cfg, tmp, tmp + L, tmp + 2 * L);
+    free(tmp);
+    GB_TRY(st);
+    for (int l = 0; l < L; l++) /* attention_k_eq_v: the full layers have no attn_v */
+        if (!cfg->layer_sliding[l] && cfg->layer_kv_src[l] == l) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+            cfg->attn_k_eq_v = gguf_find_tensor(f, name) == NULL;
+            break;
+        }
+    GB_TRY(arch_u32_x(f, arch, "embedding_length_per_layer_input", 0, OPTIONAL_ZERO_OK, path, &v));
+    if (v > 65536) return err_set(GERBIL_ERR_FORMAT, "%s: embedding_length_per_layer_input %u", path, v);
+    cfg->ple_dim = (int)v;
+    if (cfg->ple_dim) {
+        const struct gb_tensor *t = gguf_find_tensor(f, "per_layer_token_embd.weight");
+        if (!t || t->n_dims != 2 || t->ne[0] > CONFIG_MAX_INT)
+            return err_set(GERBIL_ERR_FORMAT, "%s: no 2-D tensor \"per_layer_token_embd.weight\"", path);
+        cfg->ple_vocab = (int)t->ne[0];
+    }
+    cfg->layer_scalar = gguf_find_tensor(f, "blk.0.layer_output_scale.weight") != NULL;
+    GB_TRY(arch_u32(f, arch, "attention.sliding_window", 512, path, &v));
+    cfg->sliding_window = (int)v;
+    /* RoPE: full layers rope.freq_base over rope.dimension_count (= their head_dim), sliding
+     * layers rope.freq_base_swa over rope.dimension_count_swa */
+    struct rope_config *r = &cfg->rope;
+    const int hdf = max_head_dim(cfg);
+    GB_TRY(arch_u32(f, arch, "rope.dimension_count", (uint32_t)hdf, path, &v));
+    if ((int)v != hdf) return err_set(GERBIL_ERR_UNSUPPORTED, "%s: rope.dimension_count %u for head_dim %d", path, v, hdf);
+    r->n_dims = hdf;
+    const struct gb_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
+    if (rf) {
+        if (rf->type != GB_TYPE_F32 || tensor_nelements(rf) != hdf / 2 || (uintptr_t)rf->data % 4)
+            return err_set(GERBIL_ERR_FORMAT, "%s: rope_freqs.weight must be %d f32 values", path, hdf / 2);
+        const float *x = rf->data;
+        int n = 0;
+        while (n < hdf / 2 && x[n] == 1.0f) n++;
+        for (int i = n; i < hdf / 2; i++)
+            if (!(x[i] >= 1e29f))
+                return err_set(GERBIL_ERR_UNSUPPORTED, "%s: rope_freqs.weight[%d] = %g: only 1 (rotated) then 1e30 "
+                               "(not rotated) is supported", path, i, x[i]);
+        r->type = ROPE_PROPORTIONAL;
+        r->prop_angles = n;
+    }
+    float base_swa;
+    GB_TRY(arch_f32(f, arch, "rope.freq_base_swa", 10000.0f, &base_swa));
+    if (!(base_swa > 1.0f)) return err_set(GERBIL_ERR_FORMAT, "%s: rope.freq_base_swa must be > 1", path);
+    GB_TRY(arch_u32(f, arch, "rope.dimension_count_swa", (uint32_t)cfg->head_dim, path, &v));
+    if (v < 2 || (int)v > cfg->head_dim || v % 2)
+        return err_set(GERBIL_ERR_FORMAT, "%s: rope.dimension_count_swa %u for head_dim %d", path, v, cfg->head_dim);
+    cfg->has_rope_local = 1;
+    cfg->rope_local = (struct rope_config){
+        .type = ROPE_DEFAULT, .theta = base_swa, .factor = 1.0, .n_dims = (int)v, .max_pos = r->max_pos,
+    };
+    return GERBIL_OK;
+}
+
 static gerbil_status from_gguf(const struct gguf_file *f, const char *path, struct model_config *cfg);
 
 /* On failure cfg is freed (and zeroed) here, as model_config_load does. */
@@ -161,16 +319,19 @@ static gerbil_status from_gguf(const struct gguf_file *f, const char *path, stru
         if (!strcmp(arch, gguf_archs[i].gguf)) { cfg->arch = gguf_archs[i].arch; found = 1; }
     if (!found)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: GGUF architecture \"%s\" is not supported "
-                       "(supported: llama, qwen2, qwen3, qwen35, qwen3next, gemma3, lfm2)", path, arch);
+                       "(supported: llama, qwen2, qwen3, qwen35, qwen3next, gemma3, gemma4, lfm2)", path, arch);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s (gguf %s)", model_arch_name(cfg->arch), arch);
 
     uint32_t v;
     GB_TRY(arch_u32(f, arch, "embedding_length", 0, path, &v)); cfg->n_embd = (int)v;
     GB_TRY(arch_u32(f, arch, "block_count", 0, path, &v)); cfg->n_layer = (int)v;
-    GB_TRY(arch_u32(f, arch, "feed_forward_length", 0, path, &v)); cfg->n_ff = (int)v;
+    const int g4 = cfg->arch == ARCH_GEMMA4; /* per-layer widths: read by gguf_gemma4 */
+    if (g4) cfg->n_ff = 1;
+    else { GB_TRY(arch_u32(f, arch, "feed_forward_length", 0, path, &v)); cfg->n_ff = (int)v; }
     GB_TRY(arch_u32(f, arch, "attention.head_count", 0, path, &v)); cfg->n_head = (int)v;
     const struct gguf_kv *kv_per_layer = NULL;
-    GB_TRY(head_count_kv(f, arch, path, cfg, &kv_per_layer));
+    if (g4) cfg->n_head_kv = cfg->n_head;
+    else GB_TRY(head_count_kv(f, arch, path, cfg, &kv_per_layer));
     GB_TRY(arch_u32(f, arch, "context_length", 2048, path, &v)); cfg->n_ctx_train = (int)v;
     if (cfg->n_layer > MODEL_MAX_LAYERS || cfg->n_embd > (1 << 20) || cfg->n_ff > (1 << 22) || cfg->n_head > 4096)
         return err_set(GERBIL_ERR_FORMAT, "%s: absurd hyperparameters in the metadata", path);
@@ -286,6 +447,7 @@ static gerbil_status from_gguf(const struct gguf_file *f, const char *path, stru
         cfg->sliding_window = (int)v;
         for (int i = 0; i < cfg->n_layer; i++) cfg->layer_sliding[i] = 1;
     }
+    if (g4) GB_TRY(gguf_gemma4(f, arch, path, cfg));
     if (cfg->arch == ARCH_QWEN35 || cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_deltanet(f, arch, path, cfg));
     if (cfg->arch == ARCH_QWEN3NEXT) GB_TRY(gguf_moe(f, arch, path, cfg));
 

@@ -40,8 +40,15 @@ static size_t lay_out_arena(struct gerbil_context *cx, uintptr_t base) {
     const struct deltanet_config *d = &c->dn;
     struct act_bufs *a = &cx->a;
     const size_t B = (size_t)cx->n_batch, D = (size_t)c->n_embd, F = sizeof(float);
-    const size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_head_kv * c->head_dim;
-    size_t ff = (size_t)c->n_ff, off = 0;
+    size_t Q = 0, KV = 0, ff = 0, off = 0; /* the widest layer's (Gemma 4: they differ) */
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t hd = (size_t)layer_head_dim(c, l), kv = (size_t)layer_n_kv(c, l) * hd;
+        if ((size_t)c->n_head * hd > Q) Q = (size_t)c->n_head * hd;
+        if (kv > KV) KV = kv;
+        if ((size_t)layer_n_ff(c, l) > ff) ff = (size_t)layer_n_ff(c, l);
+    }
+    if (!c->n_layer) Q = KV = ff = 1;
+    const size_t P = (size_t)c->ple_dim * (size_t)c->n_layer; /* Gemma 4 per-layer inputs */
     const int moe = any_moe(c);
     if (moe && (size_t)c->moe.n_ff_shexp > ff) ff = (size_t)c->moe.n_ff_shexp;
 #define TAKE(f, n, sz) (a->f = (void *)(base + off), off += ((size_t)(n) * (sz) + 63) & ~(size_t)63)
@@ -54,6 +61,9 @@ static size_t lay_out_arena(struct gerbil_context *cx, uintptr_t base) {
     TAKE(gate, B * (ff > Q ? ff : Q), F);
     TAKE(up, B * ff, F);
     TAKE(qg, c->attn_out_gate ? B * 2 * Q : 0, F);
+    TAKE(ple, B * P, F);
+    TAKE(ple_tmp, B * P, F);
+    TAKE(ple_g, c->ple_dim ? B * (size_t)c->ple_dim : 0, F);
     const int dn = any_kind(c, LAYER_DELTANET);
     const size_t C = 2 * (size_t)d->n_k_heads * d->k_dim + (size_t)d->n_v_heads * d->v_dim;
     const size_t VD = (size_t)d->n_v_heads * d->v_dim, NV = (size_t)d->n_v_heads;
@@ -123,7 +133,7 @@ static void *kv_block_at(const struct gerbil_context *cx, int32_t b) {
 /* The KV pool: whole blocks for n_ctx positions, each row every attention layer's K and V. */
 static gerbil_status alloc_kv(struct gerbil_context *cx) {
     const struct model_config *c = &cx->model->cfg;
-    const size_t elt = type_traits(cx->kv_type)->type_size, KV = (size_t)c->n_head_kv * c->head_dim;
+    const size_t elt = type_traits(cx->kv_type)->type_size;
     const int n_blocks = (cx->n_ctx + KV_BLOCK - 1) / KV_BLOCK;
     GB_TRY(kvb_init(&cx->blocks, n_blocks));
     cx->kv_stride = (int)(kv_bytes_per_token(c, elt) / elt);
@@ -138,11 +148,17 @@ static gerbil_status alloc_kv(struct gerbil_context *cx) {
                        cx->kv_bytes / 1048576.0);
     char *p = cx->kv_mem;
     for (int l = 0; l < c->n_layer; l++) {
-        if (c->layer_kind[l] != LAYER_ATTENTION) continue;
+        if (c->layer_kind[l] != LAYER_ATTENTION || layer_kv_shared(c, l)) continue;
+        const size_t KV = (size_t)layer_n_kv(c, l) * (size_t)layer_head_dim(c, l);
         cx->kv_k[l] = p;
         cx->kv_v[l] = p + KV * elt;
         p += 2 * KV * elt;
     }
+    for (int l = 0; l < c->n_layer; l++) /* Gemma 4: a KV-shared layer reads an earlier layer's cache */
+        if (layer_kv_shared(c, l)) {
+            cx->kv_k[l] = cx->kv_k[c->layer_kv_src[l]];
+            cx->kv_v[l] = cx->kv_v[c->layer_kv_src[l]];
+        }
     return GERBIL_OK;
 }
 
@@ -463,6 +479,9 @@ static gerbil_status check_batch(struct gerbil_context *cx, const gerbil_batch *
         if (t == GERBIL_TOKEN_EMBD) {
             if (!b->embd)
                 return err_set(GERBIL_ERR_INVALID_ARG, "row %d is an embedding row but the batch has no embd", i);
+            if (c->ple_dim) /* their per-layer inputs would need the token id behind the embedding */
+                return err_set(GERBIL_ERR_UNSUPPORTED, "row %d is an embedding row: not supported yet for a model "
+                               "with per-layer embeddings (Gemma 4 hidden_size_per_layer_input)", i);
         } else if (t < 0 || t >= c->n_vocab) {
             return err_set(GERBIL_ERR_INVALID_ARG, "token id %d at position %d is outside the vocabulary [0, %d)",
                            (int)t, i, c->n_vocab);

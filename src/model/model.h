@@ -49,6 +49,12 @@ struct layer_weights {
      * conv_w (conv_L_cache, n_embd), tap-major */
     struct gb_weight w_sc_in;  /* (3 * n_embd, n_embd) in_proj: [B | C | x] */
     const float *b_sc_in, *b_conv, *b_out; /* conv_bias: (3 * n_embd), (n_embd), (n_embd) or NULL */
+    /* Gemma 4 */
+    const float *v_ones;              /* (head_dim) ones: the values' weightless RMSNorm */
+    struct gb_weight w_ple_gate;      /* (ple_dim, n_embd) per_layer_input_gate */
+    struct gb_weight w_ple_proj;      /* (n_embd, ple_dim) per_layer_projection */
+    const float *ple_post_norm;       /* (n_embd) post_per_layer_input_norm */
+    float out_scale;                  /* layer_scalar (host value); 0: none */
 };
 
 struct gerbil_model {
@@ -62,6 +68,10 @@ struct gerbil_model {
     const float *out_norm;            /* (n_embd) */
     struct gb_weight lm_head;         /* (n_vocab, n_embd); == tok_embd when tied */
     float embd_scale;                 /* embeddings multiplied by this (Gemma 3); 0: not scaled */
+    struct gb_weight ple_embd;        /* Gemma 4: (ple_vocab, n_layer * ple_dim) embed_tokens_per_layer */
+    struct gb_weight ple_model_proj;  /* (n_layer * ple_dim, n_embd) per_layer_model_projection */
+    const float *ple_proj_norm;       /* (ple_dim) per_layer_projection_norm */
+    float ple_embd_scale;             /* sqrt(ple_dim) in the embedding's dtype */
     struct layer_weights *layers;     /* [n_layer] */
     struct gb_weight *experts;        /* 3 * n_expert per MoE layer, one block */
     float *f32_store;                 /* norms and biases converted to f32 at load (host), then */
@@ -85,6 +95,8 @@ struct ctx_seq {
 struct act_bufs {
     float *x, *xn, *q, *k, *v, *att, *gate, *up; /* (n_batch, width) */
     float *qg;                        /* (n_batch, 2 * n_head * head_dim) attn_out_gate */
+    float *ple, *ple_tmp;             /* (n_batch, n_layer * ple_dim) Gemma 4 per-layer inputs, scratch */
+    float *ple_g;                     /* (n_batch, ple_dim) a layer's per-layer input, then its gate */
     float *dn_in, *dn_conv, *dn_z, *dn_out, *dn_g, *dn_beta, *dn_qkvz, *dn_ba; /* DeltaNet */
     float *moe_prob, *moe_wsel;       /* (n_batch, n_expert), (n_batch, n_used) */
     int32_t *moe_sel;                 /* (n_batch, n_used) */

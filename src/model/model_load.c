@@ -42,6 +42,8 @@ static gerbil_status check_sizes(const struct gerbil_model *m) {
     const struct { const char *what; int64_t n; } sizes[] = {
         {"intermediate size", c->n_ff}, {"attention width (heads x head_dim)", (int64_t)c->n_head * c->head_dim},
         {"KV width (kv heads x head_dim)", (int64_t)c->n_head_kv * c->head_dim},
+        {"full layers' attention width", (int64_t)c->n_head * c->head_dim_full},
+        {"per-layer embedding width", (int64_t)c->ple_dim * c->n_layer},
         {"expert width", c->moe.n_expert ? c->moe.n_ff_exp : 0},
         {"shared expert width", c->moe.n_expert ? c->moe.n_ff_shexp : 0},
     };
@@ -130,9 +132,11 @@ int gerbil_model_eos_ids(gerbil_model_t m, int32_t *ids, int cap) {
 
 /* Bytes of KV cache per token of context. */
 size_t kv_bytes_per_token(const struct model_config *c, size_t elt) {
-    size_t n_attn = 0;
-    for (int l = 0; l < c->n_layer; l++) n_attn += c->layer_kind[l] == LAYER_ATTENTION;
-    return 2 * n_attn * (size_t)c->n_head_kv * (size_t)c->head_dim * elt;
+    size_t n = 0; /* K and V widths of the attention layers with their own cache (Gemma 4: per layer) */
+    for (int l = 0; l < c->n_layer; l++)
+        if (c->layer_kind[l] == LAYER_ATTENTION && !layer_kv_shared(c, l))
+            n += 2 * (size_t)layer_n_kv(c, l) * (size_t)layer_head_dim(c, l);
+    return n * elt;
 }
 
 /* Floats of recurrent state a layer keeps between calls: the DeltaNet conv window and
@@ -195,7 +199,7 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
         snprintf(kinds, sizeof kinds, " (%d %s, %d attention; recurrent state %.1f MiB)", n_dn + n_sc,
                  n_dn ? "Gated DeltaNet" : "short conv", c->n_layer - n_dn - n_sc, (double)state * 4 / 1048576.0);
     double kv16 = (double)kv_bytes_per_token(c, 2) * n_ctx;
-    const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+    const char *rope_names[] = {"default", "linear", "dynamic", "llama3", "yarn", "proportional"};
     char local[96] = "";
     if (c->has_rope_local)
         snprintf(local, sizeof local, "; sliding layers %s, theta %g, factor %g", rope_names[c->rope_local.type],
@@ -225,6 +229,12 @@ gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     int n_moe = 0;
     for (int l = 0; c->layer_moe && l < c->n_layer; l++) n_moe += c->layer_moe[l];
     size_t len = strlen(buf);
+    if (c->arch == ARCH_GEMMA4 && len < cap) /* Gemma 4: what differs per layer */
+        len += (size_t)snprintf(buf + len, cap - len, "gemma 4:        full layers head_dim %d, kv %d%s; per-layer "
+                                "embeddings %d; %d layers share KV%s\n", layer_head_dim(c, c->n_layer - 1),
+                                layer_n_kv(c, c->n_layer - 1), c->attn_k_eq_v ? " (v = k)" : "", c->ple_dim,
+                                c->n_kv_shared, c->ff_wide_shared ? " (their ffn 2x wide)" : "");
+    if (len > cap) len = cap;
     if (n_moe && len < cap)
         snprintf(buf + len, cap - len, "experts:        %d (%d per token, ffn %d; shared expert ffn %d) in %d of %d layers\n",
                  c->moe.n_expert, c->moe.n_used, c->moe.n_ff_exp, c->moe.n_ff_shexp, n_moe, c->n_layer);

@@ -34,6 +34,9 @@ void rope_freqs(const struct rope_config *r, int seq_len, float *inv_freq, float
     case ROPE_LINEAR:
         for (int i = 0; i < half; i++) inv_freq[i] = (float)(inv_freq[i] / r->factor);
         break;
+    case ROPE_PROPORTIONAL: /* the first prop_angles pairs rotate, the rest get frequency 0 */
+        for (int i = 0; i < half; i++) inv_freq[i] = i < r->prop_angles ? (float)(inv_freq[i] / r->factor) : 0.0f;
+        break;
     case ROPE_LLAMA3: {
         /* Keep high frequencies, divide low ones by factor, blend in between. */
         double low_wl = r->orig_max_pos / r->low_freq_factor;

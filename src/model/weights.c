@@ -16,6 +16,12 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
     {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA3},
     {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA3},
     {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA3},
+    {"post_attention_layernorm", "post_attention_norm", ARCH_GEMMA4},
+    {"pre_feedforward_layernorm", "ffn_norm", ARCH_GEMMA4},
+    {"post_feedforward_layernorm", "post_ffw_norm", ARCH_GEMMA4},
+    {"per_layer_input_gate", "inp_gate", ARCH_GEMMA4},
+    {"per_layer_projection", "proj", ARCH_GEMMA4},
+    {"post_per_layer_input_norm", "post_norm", ARCH_GEMMA4},
     {"post_attention_layernorm", "post_attention_norm", ARCH_QWEN3NEXT},
     {"input_layernorm", "attn_norm", ARCH_COUNT},
     {"self_attn.q_proj", "attn_q", ARCH_COUNT},
@@ -65,6 +71,7 @@ static const struct { const char *hf, *gguf; int arch; } layer_names[] = {
 static const struct { const char *hf, *gguf; } layer_params[] = {
     {"linear_attn.dt_bias", "ssm_dt.bias"},   /* the converter renames it dt_proj.bias */
     {"linear_attn.A_log", "ssm_a"},           /* stored as -exp(A_log) */
+    {"layer_scalar", "layer_output_scale.weight"}, /* Gemma 4 */
 };
 
 static int gguf_name(const struct weight_source *s, const char *hf, char *out, size_t cap) {
@@ -73,6 +80,9 @@ static int gguf_name(const struct weight_source *s, const char *hf, char *out, s
         {"model.norm.weight", "output_norm.weight"},
         {"lm_head.weight", "output.weight"},
         {"model.embedding_norm.weight", "token_embd_norm.weight"}, /* LFM2's final norm, so named by llama.cpp */
+        {"model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"}, /* Gemma 4 */
+        {"model.per_layer_model_projection.weight", "per_layer_model_proj.weight"},
+        {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         if (!strcmp(hf, top[i].hf)) return snprintf(out, cap, "%s", top[i].gguf) < (int)cap ? 0 : -1;
