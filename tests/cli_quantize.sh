@@ -214,6 +214,11 @@ else
 fi
 if "$G" quantize $FX/qwen3-f32 "$T/t0.gguf" --type q8_0 -t 0 >/dev/null 2>&1; then bad "quantize -t 0 accepted"; else ok; fi
 
+# an architecture without a GGUF writer is refused by name, before any work
+"$G" quantize $FX/gemma4-f32 "$T/g4.gguf" --type q8_0 >/dev/null 2>"$T/g4.err"
+if [ $? -ne 0 ] && grep -q "Gemma4ForCausalLM cannot be written as GGUF yet" "$T/g4.err" && [ ! -e "$T/g4.gguf" ]; then ok
+else bad "gemma4 GGUF output not refused clearly: $(cat "$T/g4.err")"; fi
+
 # SentencePiece-style BPE (stories260K's tokenizer.json): written as llama.cpp's "llama"
 # vocabulary, with scores from the merge ranks. Its ids must equal those of the GGUF made
 # from the original tok512.bin (real SentencePiece scores), read the same way; the text

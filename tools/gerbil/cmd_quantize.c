@@ -794,7 +794,8 @@ static const char *gguf_arch(enum model_arch a) {
     case ARCH_GEMMA3: return "gemma3";
     case ARCH_QWEN3NEXT: return "qwen3next";
     case ARCH_LFM2: return "lfm2";
-    default: return "llama";
+    case ARCH_LLAMA: case ARCH_MISTRAL: return "llama";
+    default: return NULL; /* no GGUF writer yet (Gemma 4) */
     }
 }
 
@@ -840,6 +841,10 @@ static gerbil_status gemma3_keys(struct qctx *q, struct gguf_writer *w, const ch
 
 static gerbil_status write_gguf(struct qctx *q) {
     const struct model_config *c = &q->cfg;
+    const char *arch = gguf_arch(c->arch);
+    if (!arch)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: %s cannot be written as GGUF yet (its tensors and keys are not "
+                       "mapped); --type mlx4/mlx8 writes an MLX folder", q->in, model_arch_name(c->arch));
     if (c->rope.type != ROPE_DEFAULT && c->rope.type != ROPE_LINEAR && c->rope.type != ROPE_YARN)
         return err_set(GERBIL_ERR_UNSUPPORTED, "%s: this rope_scaling type is not supported in GGUF output yet "
                        "(default, linear and yarn are)", q->in);
@@ -850,7 +855,6 @@ static gerbil_status write_gguf(struct qctx *q) {
     struct gguf_writer *w;
     GB_TRY(gguf_writer_new(&w));
     gerbil_status st;
-    const char *arch = gguf_arch(c->arch);
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     const char *base = strrchr(q->in, '/');
