@@ -524,13 +524,20 @@ static struct srv_choice *job_choice(struct job *j, int k, struct srv_req **r) {
 
 enum { TOOLS_OFF = 0, TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED };
 
+/* The format the job's calls come in: the template's; a forced call in a format gerbil does
+ * not parse is written (by its grammar) and parsed as Hermes. */
+static enum srv_tool_fmt job_tool_fmt(const struct job *j) {
+    const enum srv_tool_fmt f = (enum srv_tool_fmt)j->srv->tool_fmt;
+    return f == SRV_TOOLS_NONE && j->tool_mode >= TOOLS_REQUIRED ? SRV_TOOLS_HERMES : f;
+}
+
 /* The tool calls in choice k's content text[c0, c1) (NULL: none; then the text is content),
  * *ce: where the content before them ends. */
 static cJSON *choice_calls(struct job *j, int k, const char *text, size_t c0, size_t c1, size_t *ce) {
     *ce = c1;
     if (j->tool_mode == TOOLS_OFF) return NULL;
     size_t e = 0;
-    cJSON *calls = srv_tool_parse((enum srv_tool_fmt)j->srv->tool_fmt, text + c0, c1 - c0, j->tools,
+    cJSON *calls = srv_tool_parse(job_tool_fmt(j), text + c0, c1 - c0, j->tools,
                                   j->parallel_tools, j->id_seed + (uint64_t)k * 0x9e3779b97f4a7c15ULL, &e);
     if (calls) *ce = c0 + e;
     return calls;
@@ -738,7 +745,7 @@ static int stream_collect(struct job *j) {
         if (j->chat && j->tool_mode != TOOLS_OFF && c1 > c0) {
             /* text that may be (the start of) a tool call waits for the end of the choice */
             if (done) calls = choice_calls(j, k, c->text, c0, c1, &c1);
-            else c1 = c0 + srv_tool_safe_len((enum srv_tool_fmt)j->srv->tool_fmt, c->text + c0, c1 - c0);
+            else c1 = c0 + srv_tool_safe_len(job_tool_fmt(j), c->text + c0, c1 - c0);
         }
         const size_t sr = j->st[k].sent_r > r0 ? j->st[k].sent_r : r0;
         const size_t sc = j->st[k].sent_c > c0 ? j->st[k].sent_c : c0;
