@@ -485,6 +485,9 @@ struct job {
     int tool_mode;             /* TOOLS_* */
     int parallel_tools;        /* parallel_tool_calls */
     cJSON *tools;              /* the request's tools (a copy), when tool_mode */
+    int c_kind;                /* the constraint (gerbil_grammar_kind), compiled after the prompt */
+    char *c_src;               /* its source, or NULL: none */
+    const char *c_param;       /* the field it came from */
     uint64_t id_seed;          /* tool call ids */
     int n_reqs;
     struct srv_req *reqs[JOB_MAX_PROMPTS];
@@ -512,6 +515,7 @@ static void job_free(struct job *j) {
     }
     free(j->st);
     cJSON_Delete(j->tools);
+    free(j->c_src);
     free(j->out.p);
     free(j);
 }
@@ -1004,13 +1008,14 @@ static int params_dup(const struct srv_params *p, struct srv_params *q) {
 
 /* The compiled constraint for (kind, src): from the cache, or compiled and kept (LRU); a
  * reference for the caller. A source that does not compile is a 400 naming param. */
-static struct srv_grammar *grammar_get(struct server *srv, gerbil_grammar_kind kind, const char *src, const char *param,
-                                       struct api_err *e) {
-    const size_t n = strlen(src);
+static struct srv_grammar *grammar_get(struct server *srv, gerbil_grammar_kind kind, const char *src, int compact,
+                                       const char *param, struct api_err *e) {
+    const size_t n = strlen(src) + 1; /* the key: kind, compact, src */
     char *key = malloc(n + 2);
     if (!key) { fail(e, 500, NULL, NULL, "out of memory"); return NULL; }
     key[0] = (char)('0' + (int)kind);
-    memcpy(key + 1, src, n + 1);
+    key[1] = (char)('0' + compact);
+    memcpy(key + 2, src, n);
     struct srv_grammar *out = NULL;
     pthread_mutex_lock(&srv->gmu);
     struct sched *s = srv->s;
@@ -1031,9 +1036,9 @@ static struct srv_grammar *grammar_get(struct server *srv, gerbil_grammar_kind k
     }
     gerbil_grammar_params gp = gerbil_grammar_default_params();
     gp.max_whitespace = 1; /* as gerbil run: no model spends its budget on whitespace */
-    gp.compact = kind == GERBIL_GRAMMAR_SEQUENCE; /* a forced call: its JSON is written compact (mostly forced bytes) */
+    gp.compact = compact;
     gerbil_grammar_t g = NULL;
-    if (gerbil_grammar_compile(s->gvocab, kind, src, n, &gp, &g) != GERBIL_OK) {
+    if (gerbil_grammar_compile(s->gvocab, kind, src, n - 1, &gp, &g) != GERBIL_OK) {
         fail(e, 400, param, "invalid_schema", "%s cannot be enforced: %s",
              kind == GERBIL_GRAMMAR_GBNF ? "the grammar" : kind == GERBIL_GRAMMAR_SEQUENCE ? "the tools' parameters"
                                                                                           : "the JSON Schema",
@@ -1172,8 +1177,47 @@ static int parse_constraints(struct server *srv, const cJSON *o, int chat, struc
     if (!n_src) return 0;
     if (!src) return fail(e, 500, NULL, NULL, "out of memory");
     if (!srv->tok) { free(src); return fail(e, 400, param, "invalid_value", "constrained output needs the model's tokenizer"); }
-    p->grammar = grammar_get(srv, kind, src, param, e);
-    free(src);
+    j->c_kind = (int)kind;
+    j->c_src = src;
+    j->c_param = param;
+    return 0;
+}
+
+/* The job's constraint compiled into p->grammar. A chat prompt that opened <think> (a
+ * thinking model) gets the thought closed first, so the JSON or the call is the content. */
+static int constraint_compile(struct server *srv, struct job *j, struct srv_params *p, struct api_err *e) {
+    if (!j->c_src) return 0;
+    gerbil_grammar_kind kind = (gerbil_grammar_kind)j->c_kind;
+    char *src = j->c_src;
+    if (j->chat && j->think && kind != GERBIL_GRAMMAR_GBNF) {
+        cJSON *spec = NULL;
+        if (kind == GERBIL_GRAMMAR_SEQUENCE) {
+            spec = cJSON_Parse(src);
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(spec, "open");
+            const char *o0 = cJSON_IsString(op) ? op->valuestring : "";
+            char *open = malloc(strlen(o0) + 11);
+            if (open) snprintf(open, strlen(o0) + 11, "</think>\n\n%s", o0);
+            cJSON_DeleteItemFromObjectCaseSensitive(spec, "open");
+            if (open) cJSON_AddStringToObject(spec, "open", open);
+            free(open);
+        } else {
+            spec = cJSON_CreateObject();
+            cJSON_AddStringToObject(spec, "open", "</think>\n\n");
+            cJSON *items = cJSON_AddArrayToObject(spec, "items"), *alt = cJSON_CreateArray(), *part = cJSON_CreateObject();
+            cJSON_AddItemToObject(part, "schema", kind == GERBIL_GRAMMAR_JSON_SCHEMA ? cJSON_Parse(src)
+                                                  : cJSON_Parse("{\"type\": \"object\"}"));
+            cJSON_AddItemToArray(alt, part);
+            cJSON_AddItemToArray(items, alt);
+        }
+        char *t = spec ? cJSON_PrintUnformatted(spec) : NULL;
+        cJSON_Delete(spec);
+        if (!t) return fail(e, 500, NULL, NULL, "out of memory");
+        src = t;
+        kind = GERBIL_GRAMMAR_SEQUENCE;
+    }
+    /* a forced call's JSON is written compact: mostly forced bytes, no budget spent on spaces */
+    p->grammar = grammar_get(srv, kind, src, !strcmp(j->c_param, "tools"), j->c_param, e);
+    if (src != j->c_src) free(src);
     return p->grammar ? 0 : -1;
 }
 
@@ -1204,6 +1248,7 @@ static enum MHD_Result handle_generate(struct server *srv, struct MHD_Connection
         int32_t *ids = NULL;
         int n = 0;
         if (!rc) rc = chat_prompt(srv, o, j->tool_mode != TOOLS_OFF, &ids, &n, &j->think, &e);
+        if (!rc) rc = constraint_compile(srv, j, &p, &e);
         if (!rc) rc = fit_context(srv, n, &p, &e);
         if (!rc) {
             rc = job_add(j, ids, n, &p, &e);
@@ -1217,6 +1262,7 @@ static enum MHD_Result handle_generate(struct server *srv, struct MHD_Connection
             rc = fail(&e, 400, "prompt", "invalid_type", "'prompt' must be a string, token ids, or a list of them");
         else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 0)
             rc = fail(&e, 400, "prompt", "invalid_value", "'prompt' is empty");
+        if (!rc) rc = constraint_compile(srv, j, &p, &e);
         const cJSON *list = NULL;
         if (!rc && cJSON_IsArray(pr) && !is_id_array(pr)) list = pr;
         const int n_prompts = list ? cJSON_GetArraySize(list) : 1;

@@ -367,7 +367,13 @@ static cJSON *call_parts(enum srv_tool_fmt f, const char *name, const cJSON *fn)
             snprintf(buf, sizeof buf, "<parameter=%s>\n", p->string);
             cJSON_AddItemToArray(one, cJSON_CreateString(buf));
             cJSON *v = cJSON_CreateObject();
-            if (is_plain_string(p)) cJSON_AddStringToObject(v, "regex", "[^<]*");
+            if (is_plain_string(p)) { /* the raw text up to the closing tag, maxLength honoured */
+                const cJSON *ml = cJSON_GetObjectItemCaseSensitive(p, "maxLength");
+                char re[48] = "[^<]*";
+                if (cJSON_IsNumber(ml) && ml->valuedouble >= 0 && ml->valuedouble <= 4096)
+                    snprintf(re, sizeof re, "[^<]{0,%d}", (int)ml->valuedouble);
+                cJSON_AddStringToObject(v, "regex", re);
+            }
             else cJSON_AddItemToObject(v, "schema", cJSON_Duplicate(p, 1));
             cJSON_AddItemToArray(one, v);
             cJSON_AddItemToArray(one, cJSON_CreateString("\n</parameter>\n"));
