@@ -25,7 +25,7 @@ struct srv_config {
     int max_n;                 /* the most choices per request */
 };
 
-enum { SRV_N_STATUS = 11, SRV_GRAMMAR_CACHE = 32 };
+enum { SRV_N_STATUS = 11, SRV_GRAMMAR_CACHE = 16 };
 
 /* A compiled constraint kept by its source (kind + text), LRU. */
 struct srv_gcache {
