@@ -264,7 +264,36 @@ static void test_forced(void) {
     gerbil_tokenizer_free(tok);
 }
 
+/* The library's entry point, with a template loaded from its text. */
+static void test_library(void) {
+    char *src = slurp(TPL "Qwen3.5-4B.jinja");
+    if (!src) SKIP("Qwen3.5-4B.jinja not found");
+    gerbil_chat_template_t t = NULL;
+    CHECK(gerbil_chat_template_new(src, NULL, "<|im_end|>", &t) == GERBIL_OK);
+    free(src);
+    const char *out = "I will look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n"
+                      "</function>\n</tool_call>";
+    size_t cl = 0;
+    char *calls = gerbil_chat_parse_tool_calls(t, out, strlen(out), TOOLS, &cl);
+    cJSON *j = calls ? cJSON_Parse(calls) : NULL;
+    const cJSON *fn = cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "function");
+    CHECKF(j && cJSON_GetArraySize(j) == 1 && !strcmp(cJSON_GetObjectItem(fn, "name")->valuestring, "get_weather") &&
+           !strcmp(cJSON_GetObjectItem(fn, "arguments")->valuestring, "{\"city\":\"Bern\"}"), "library: %s", calls ? calls : "NULL");
+    CHECK(cl == 12);
+    cJSON_Delete(j);
+    free(calls);
+    cl = 0;
+    CHECK(gerbil_chat_parse_tool_calls(t, "plain", 5, NULL, &cl) == NULL && cl == 5);
+    /* no template: Hermes */
+    const char *h = "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>";
+    char *hc = gerbil_chat_parse_tool_calls(NULL, h, strlen(h), NULL, NULL);
+    CHECK(hc != NULL);
+    free(hc);
+    gerbil_chat_template_free(t);
+}
+
 int main(void) {
+    test_library();
     test_formats();
     test_parsers();
     test_stream_hold();

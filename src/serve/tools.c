@@ -437,3 +437,20 @@ char *srv_tool_grammar(enum srv_tool_fmt f, const cJSON *tools, const char *name
     cJSON_Delete(spec);
     return s;
 }
+
+/* ---- the library's entry point ---- */
+
+char *gerbil_chat_parse_tool_calls(gerbil_chat_template_t t, const char *text, size_t n, const char *tools_json,
+                                   size_t *content_len) {
+    if (content_len) *content_len = n;
+    if (!text) return NULL;
+    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    size_t ce = n;
+    cJSON *calls = srv_tool_parse(srv_tool_format(t ? gerbil_chat_template_source(t) : NULL), text, n, tools, 1, 0, &ce);
+    cJSON_Delete(tools);
+    if (!calls) return NULL;
+    char *out = cJSON_PrintUnformatted(calls);
+    cJSON_Delete(calls);
+    if (out && content_len) *content_len = ce;
+    return out;
+}
