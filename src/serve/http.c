@@ -1045,6 +1045,21 @@ static struct srv_grammar *grammar_get(struct server *srv, gerbil_grammar_kind k
              gerbil_last_error());
         goto done;
     }
+    { /* a constraint no output can meet (schema false, an empty enum) is the client's mistake */
+        gerbil_grammar_state_t st = NULL;
+        uint64_t *mask = malloc((size_t)gerbil_grammar_mask_words(g) * sizeof *mask);
+        int any = 0;
+        if (mask && gerbil_grammar_state_new(g, &st) == GERBIL_OK && gerbil_grammar_mask(st, mask) == GERBIL_OK)
+            for (int w = 0; w < gerbil_grammar_mask_words(g) && !any; w++) any = mask[w] != 0;
+        else any = 1; /* out of memory here: let the request find out */
+        gerbil_grammar_state_free(st);
+        free(mask);
+        if (!any) {
+            gerbil_grammar_free(g);
+            fail(e, 400, param, "invalid_schema", "the constraint in '%s' allows no output at all", param);
+            goto done;
+        }
+    }
     struct srv_grammar *sg = calloc(1, sizeof *sg);
     if (!sg) { gerbil_grammar_free(g); fail(e, 500, NULL, NULL, "out of memory"); goto done; }
     sg->g = g;
@@ -1091,10 +1106,12 @@ static int parse_constraints(struct server *srv, const cJSON *o, int chat, struc
         if (cJSON_IsString(tc)) {
             const char *c = tc->valuestring;
             if (!strcmp(c, "none")) j->tool_mode = TOOLS_OFF;
-            else if (!strcmp(c, "auto") || !strcmp(c, "required")) {
+            else if (!strcmp(c, "auto")) {
+                /* with no tools there is nothing to call: plain text */
+            } else if (!strcmp(c, "required")) {
                 if (j->tool_mode == TOOLS_OFF)
                     return fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' \"%s\" needs 'tools'", c);
-                if (!strcmp(c, "required")) j->tool_mode = TOOLS_REQUIRED;
+                j->tool_mode = TOOLS_REQUIRED;
             } else {
                 return fail(e, 400, "tool_choice", "invalid_value",
                             "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, got \"%s\"", c);

@@ -197,6 +197,11 @@ await check('a schema that cannot be enforced is a 400 naming the keyword', asyn
   await assert.rejects(client.chat.completions.create({ model: 'm', messages, max_tokens: 8,
       response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: { required: ['a'] } } } } }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /"not"/.test(e.message) && e.param === 'response_format');
+  await assert.rejects(client.chat.completions.create({ model: 'm', messages, max_tokens: 8,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { enum: [] } } } }),
+    (e) => e instanceof OpenAI.BadRequestError && /allows no output/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: 'm', messages, max_tokens: 8, grammar: 'root ::= undefined_rule' }),
+    (e) => e instanceof OpenAI.BadRequestError && /undefined_rule/.test(e.message) && e.param === 'grammar');
   await assert.rejects(client.chat.completions.create({ model: 'm', messages, max_tokens: 8, response_format: { type: 'xml' } }),
     (e) => e instanceof OpenAI.BadRequestError && /response_format/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: 'm', messages, max_tokens: 8, tools,
