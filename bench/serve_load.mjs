@@ -2,6 +2,7 @@
 //
 //   node bench/serve_load.mjs --url http://127.0.0.1:8080 [--streams 64] [--duration 600]
 //        [--max-tokens 64] [--prompts 16] [--ids] [--check] [--pid PID] [--model NAME] [--json]
+//        [--json-schema FILE]
 //
 // N clients each stream completions back to back for --duration seconds (greedy, ignore_eos,
 // max_tokens each). Reports aggregate generated tokens/s, p50/p99 time to first token and
@@ -9,7 +10,10 @@
 // stream's text to equal its solo run (batch invariance under load). --pid reads that
 // process's resident memory after the warm-up (a fifth of the run, at most 30 s) and at the end. --ids sends token-id prompts
 // (models without a tokenizer). At the end (gerbil) /metrics must show no running request and
-// every KV block free or kept by the prefix cache. Uses only Node's built-in fetch.
+// every KV block free or kept by the prefix cache. --json-schema constrains every stream with
+// response_format json_schema (the schema in FILE): a stream then ends where its JSON does, so
+// tokens are counted from usage, and gerbil's /metrics gives the mean grammar-mask time per
+// token. Uses only Node's built-in fetch.
 import fs from 'node:fs';
 
 const args = process.argv.slice(2);
@@ -22,6 +26,8 @@ const URL_ = opt('url', 'http://127.0.0.1:8080');
 const STREAMS = +opt('streams', 64), DURATION = +opt('duration', 600), MAXTOK = +opt('max-tokens', 64);
 const NPROMPTS = +opt('prompts', 16), CHECK = opt('check', false), IDS = opt('ids', false), JSON_OUT = opt('json', false);
 const PID = opt('pid', null), MODEL = opt('model', undefined), KEY = process.env.GERBIL_API_KEY;
+const SCHEMA_FILE = opt('json-schema', null);
+const SCHEMA = SCHEMA_FILE ? JSON.parse(fs.readFileSync(SCHEMA_FILE, 'utf8')) : null;
 const headers = { 'Content-Type': 'application/json', ...(KEY ? { Authorization: `Bearer ${KEY}` } : {}) };
 
 const names = ['Tom', 'Lily', 'Ben', 'Sue', 'Max', 'Anna', 'Sam', 'Mia', 'Tim', 'Zoe', 'Bob', 'Amy', 'Jack', 'Lucy', 'Leo', 'Eve'];
@@ -43,10 +49,14 @@ async function stream(prompt, onToken) {
   const t0 = performance.now();
   const body = { prompt, max_tokens: MAXTOK, temperature: 0, ignore_eos: true, stream: true, cache_prompt: true };
   if (MODEL) body.model = MODEL;
+  if (SCHEMA) {
+    body.response_format = { type: 'json_schema', json_schema: { name: 'bench', schema: SCHEMA } };
+    body.stream_options = { include_usage: true };
+  }
   const r = await fetch(URL_ + '/v1/completions', { method: 'POST', headers, body: JSON.stringify(body) });
   if (!r.ok) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
   const dec = new TextDecoder();
-  let buf = '', text = '', first = 0, last = 0, n = 0;
+  let buf = '', text = '', first = 0, last = 0, n = 0, usage = null;
   const gaps = [];
   for await (const chunk of r.body) {
     buf += dec.decode(chunk, { stream: true });
@@ -58,6 +68,7 @@ async function stream(prompt, onToken) {
       if (d === '[DONE]') continue;
       const j = JSON.parse(d);
       if (j.error) throw new Error(j.error.message);
+      if (j.usage) usage = j.usage;
       const c = (j.choices || [])[0];
       if (!c) continue;
       const piece = c.text || '';
@@ -70,7 +81,7 @@ async function stream(prompt, onToken) {
       text += piece;
     }
   }
-  return { text, ttft: first - t0, gaps, chunks: n };
+  return { text, ttft: first - t0, gaps, chunks: n, tokens: usage ? usage.completion_tokens : MAXTOK };
 }
 
 function pct(a, p) {
@@ -93,7 +104,7 @@ await Promise.all(Array.from({ length: STREAMS }, async (_, c) => {
     try {
       const r = await stream(prompts[i]);
       done++;
-      genTokens += MAXTOK;
+      genTokens += r.tokens;
       ttfts.push(r.ttft);
       itls.push(...r.gaps);
       if (CHECK && r.text !== solo[i]) {
@@ -115,6 +126,8 @@ try {
   if (!Number.isNaN(g('gerbil_kv_blocks_total')))
     kv = { running: g('gerbil_requests_running'), free: g('gerbil_kv_blocks_free'), cached: g('gerbil_prefix_cache_blocks'),
            total: g('gerbil_kv_blocks_total'), prefix_hit_rate: g('gerbil_prefix_cache_hit_rate') };
+  if (kv && g('gerbil_grammar_masks_total') > 0)
+    kv.mask_us_per_token = +(g('gerbil_grammar_mask_seconds_total') / g('gerbil_grammar_masks_total') * 1e6).toFixed(1);
 } catch (e) {}
 const res = {
   streams: STREAMS, seconds: +wall.toFixed(1), requests: done, errors, mismatches: CHECK ? mismatches : null,

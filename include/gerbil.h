@@ -362,6 +362,16 @@ gerbil_status gerbil_chat_template_load(const char *dir, const char *template_fi
 gerbil_status gerbil_chat_template_new(const char *src, const char *bos_token, const char *eos_token,
                                        gerbil_chat_template_t *out);
 void gerbil_chat_template_free(gerbil_chat_template_t t);
+/* The template's Jinja source (owned by t). */
+const char *gerbil_chat_template_source(gerbil_chat_template_t t);
+/* The tool calls in a model's answer text[0..n), in the format the template's model writes
+ * them (Hermes / Qwen3 <tool_call>, Qwen3.5 XML, Llama 3 JSON, Mistral [TOOL_CALLS]; chosen from
+ * the template's text; t NULL: Hermes): a malloc'd JSON array of OpenAI tool_calls
+ * ({"id", "type": "function", "function": {"name", "arguments": JSON text}}), or NULL when
+ * there are none or one does not parse (the text is then all content). tools_json: the tool
+ * definitions (JSON array) or NULL; *content_len (may be NULL): the content before the calls. */
+char *gerbil_chat_parse_tool_calls(gerbil_chat_template_t t, const char *text, size_t n, const char *tools_json,
+                                   size_t *content_len);
 /* Render as apply_chat_template(tokenize=False): messages_json is a JSON array,
  * tools_json a JSON array or NULL; extra variables are NAME = JSON text pairs (they
  * win over the built-in ones). *out is malloc'd. */
@@ -387,6 +397,12 @@ typedef enum gerbil_grammar_kind {
     GERBIL_GRAMMAR_GBNF,            /* src: llama.cpp GBNF; the start rule is "root" */
     GERBIL_GRAMMAR_REGEX,           /* src: an ECMAScript regex the whole output must match */
     GERBIL_GRAMMAR_JSON_OBJECT,     /* any JSON object (src ignored) */
+    /* src: a JSON spec of repeated, wrapped items (tool calls): {"open": S, "close": S,
+     * "separator": S, "min": N, "max": N (-1: unbounded), "items": [[PART, ...], ...]}; the
+     * output is open, then min..max items (each one of the alternatives) joined by
+     * separator, then close; a PART is a literal string, {"schema": JSON Schema} (a JSON
+     * value), {"regex": RE} or {"optional": [PART, ...]}. */
+    GERBIL_GRAMMAR_SEQUENCE,
 } gerbil_grammar_kind;
 
 typedef struct gerbil_grammar_params {

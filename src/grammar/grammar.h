@@ -108,6 +108,8 @@ typedef struct gschema_opts {
     int max_ws;        /* flexible mode: at most this many whitespace bytes in a row (0: unbounded) */
 } gschema_opts;
 gerbil_status gir_from_schema(gir *g, const struct cJSON *schema, const gschema_opts *o);
+/* GERBIL_GRAMMAR_SEQUENCE's spec (grammar_seq.c): sets g->root. */
+gerbil_status gir_from_sequence(gir *g, const struct cJSON *spec, const gschema_opts *o);
 /* Any JSON value / object (json_object mode). */
 int gir_json_value(gir *g, const gschema_opts *o);
 int gir_json_object(gir *g, const gschema_opts *o);

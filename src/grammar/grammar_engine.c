@@ -783,6 +783,13 @@ static gerbil_status build_ir(gir *ir, gerbil_grammar_kind kind, const char *src
         cJSON_Delete(j);
         return st;
     }
+    case GERBIL_GRAMMAR_SEQUENCE: {
+        cJSON *j = cJSON_ParseWithLength(src, len);
+        if (!j) return err_set(GERBIL_ERR_FORMAT, "grammar sequence: not valid JSON");
+        gerbil_status st = gir_from_sequence(ir, j, &o);
+        cJSON_Delete(j);
+        return st;
+    }
     }
     return err_set(GERBIL_ERR_INVALID_ARG, "grammar: unknown kind %d", (int)kind);
 }

@@ -330,7 +330,41 @@ static int content_text(const cJSON *c, struct buf *out, struct api_err *e) {
 }
 
 /* A chat request's prompt ids; *think: the prompt leaves the model inside <think>. */
-static int chat_prompt(struct server *srv, const cJSON *o, int32_t **ids, int *n, int *think, struct api_err *e) {
+/* An assistant message's tool_calls as templates read them: arguments (a JSON string in
+ * OpenAI's API) parsed into an object, as transformers' templates expect a mapping. */
+static int norm_tool_calls(cJSON *msg, struct api_err *e) {
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
+    if (!tc || cJSON_IsNull(tc)) {
+        if (tc) cJSON_DeleteItemFromObjectCaseSensitive(msg, "tool_calls");
+        return 0;
+    }
+    if (!cJSON_IsArray(tc)) return fail(e, 400, "messages", "invalid_type", "a message's 'tool_calls' must be an array");
+    cJSON_ArrayForEach(c, tc) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsObject(c) || !cJSON_IsObject(fn) || !cJSON_IsString(nm))
+            return fail(e, 400, "messages", "invalid_value",
+                        "each tool call needs a 'function' object with a string 'name'");
+        cJSON *a = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (cJSON_IsString(a)) {
+            cJSON *parsed = cJSON_Parse(a->valuestring);
+            if (!cJSON_IsObject(parsed)) {
+                cJSON_Delete(parsed);
+                return fail(e, 400, "messages", "invalid_value",
+                            "the arguments of the tool call to '%s' are not a JSON object", nm->valuestring);
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+        } else if (a && !cJSON_IsObject(a)) {
+            return fail(e, 400, "messages", "invalid_type", "a tool call's 'arguments' must be a JSON string or object");
+        } else if (!a) {
+            cJSON_AddObjectToObject(fn, "arguments");
+        }
+    }
+    return 0;
+}
+
+static int chat_prompt(struct server *srv, const cJSON *o, int use_tools, int32_t **ids, int *n, int *think,
+                       struct api_err *e) {
     const cJSON *msgs = field(o, "messages");
     if (!msgs) return fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
@@ -357,6 +391,7 @@ static int chat_prompt(struct server *srv, const cJSON *o, int32_t **ids, int *n
         cJSON_DeleteItemFromObjectCaseSensitive(copy, "content");
         cJSON_AddStringToObject(copy, "content", text.p ? text.p : "");
         if (!strcmp(r, "developer")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
+        if (norm_tool_calls(copy, e)) { cJSON_Delete(copy); free(text.p); rc = -1; break; }
         cJSON_AddItemToArray(norm, copy);
         if (joined.n) buf_str(&joined, "\n");
         buf_str(&joined, text.p ? text.p : "");
@@ -367,7 +402,7 @@ static int chat_prompt(struct server *srv, const cJSON *o, int32_t **ids, int *n
     int add_special = 0;
     if (!rc && srv->tmpl) {
         char *mj = cJSON_PrintUnformatted(norm), *tj = NULL;
-        const cJSON *tools = field(o, "tools");
+        const cJSON *tools = use_tools ? field(o, "tools") : NULL;
         if (tools) tj = cJSON_PrintUnformatted(tools);
         const char *names[16], *vals[16];
         char *owned[16];
@@ -447,6 +482,13 @@ struct job {
     struct server *srv;
     int chat, stream, include_usage, echo;
     int think;                 /* chat: the prompt opened <think> */
+    int tool_mode;             /* TOOLS_* */
+    int parallel_tools;        /* parallel_tool_calls */
+    cJSON *tools;              /* the request's tools (a copy), when tool_mode */
+    int c_kind;                /* the constraint (gerbil_grammar_kind), compiled after the prompt */
+    char *c_src;               /* its source, or NULL: none */
+    const char *c_param;       /* the field it came from */
+    uint64_t id_seed;          /* tool call ids */
     int n_reqs;
     struct srv_req *reqs[JOB_MAX_PROMPTS];
     int n_choices;             /* n_reqs * n */
@@ -472,6 +514,8 @@ static void job_free(struct job *j) {
         sched_release(j->srv->s, j->reqs[i]);
     }
     free(j->st);
+    cJSON_Delete(j->tools);
+    free(j->c_src);
     free(j->out.p);
     free(j);
 }
@@ -480,6 +524,27 @@ static struct srv_choice *job_choice(struct job *j, int k, struct srv_req **r) {
     const int n = j->reqs[0]->p.n;
     *r = j->reqs[k / n];
     return &(*r)->ch[k % n];
+}
+
+enum { TOOLS_OFF = 0, TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED };
+
+/* The format the job's calls come in: the template's; a forced call in a format gerbil does
+ * not parse is written (by its grammar) and parsed as Hermes. */
+static enum srv_tool_fmt job_tool_fmt(const struct job *j) {
+    const enum srv_tool_fmt f = (enum srv_tool_fmt)j->srv->tool_fmt;
+    return f == SRV_TOOLS_NONE && j->tool_mode >= TOOLS_REQUIRED ? SRV_TOOLS_HERMES : f;
+}
+
+/* The tool calls in choice k's content text[c0, c1) (NULL: none; then the text is content),
+ * *ce: where the content before them ends. */
+static cJSON *choice_calls(struct job *j, int k, const char *text, size_t c0, size_t c1, size_t *ce) {
+    *ce = c1;
+    if (j->tool_mode == TOOLS_OFF) return NULL;
+    size_t e = 0;
+    cJSON *calls = srv_tool_parse(job_tool_fmt(j), text + c0, c1 - c0, j->tools,
+                                  j->parallel_tools, j->id_seed + (uint64_t)k * 0x9e3779b97f4a7c15ULL, &e);
+    if (calls) *ce = c0 + e;
+    return calls;
 }
 
 static const char *finish_name(enum srv_finish f) {
@@ -680,6 +745,12 @@ static int stream_collect(struct job *j) {
         size_t r0, r1, c0, c1;
         if (j->chat) srv_think_split(c->text ? c->text : "", c->len, j->st[k].think, done, &r0, &r1, &c0, &c1);
         else r0 = r1 = 0, c0 = 0, c1 = c->len;
+        cJSON *calls = NULL;
+        if (j->chat && j->tool_mode != TOOLS_OFF && c1 > c0) {
+            /* text that may be (the start of) a tool call waits for the end of the choice */
+            if (done) calls = choice_calls(j, k, c->text, c0, c1, &c1);
+            else c1 = c0 + srv_tool_safe_len(job_tool_fmt(j), c->text + c0, c1 - c0);
+        }
         const size_t sr = j->st[k].sent_r > r0 ? j->st[k].sent_r : r0;
         const size_t sc = j->st[k].sent_c > c0 ? j->st[k].sent_c : c0;
         const int has_r = r1 > sr, has_c = c1 > sc, has_lp = r->p.logprobs && c->n_gen > j->st[k].sent_tok;
@@ -696,10 +767,16 @@ static int stream_collect(struct job *j) {
                 cJSON_AddStringToObject(d, "reasoning_content", s);
                 free(s);
             }
-            if (has_c || !j->st[k].role_sent) {
+            if (has_c || (!j->st[k].role_sent && !calls)) {
                 char *s = has_c ? strndup(c->text + sc, c1 - sc) : strdup("");
                 cJSON_AddStringToObject(d, "content", s);
                 free(s);
+            }
+            if (calls) { /* OpenAI's tool_call deltas: index, id, type, name and the arguments whole */
+                cJSON *it;
+                int idx = 0;
+                cJSON_ArrayForEach(it, calls) cJSON_AddNumberToObject(it, "index", idx++);
+                cJSON_AddItemToObject(d, "tool_calls", calls);
             }
         } else {
             struct buf t = {0};
@@ -719,7 +796,8 @@ static int stream_collect(struct job *j) {
             cJSON_AddNullToObject(ch, "logprobs");
         }
         if (done) {
-            cJSON_AddStringToObject(ch, "finish_reason", finish_name(c->finish));
+            cJSON_AddStringToObject(ch, "finish_reason",
+                                    calls && c->finish == SRV_FIN_STOP ? "tool_calls" : finish_name(c->finish));
             j->st[k].fin_sent = 1;
         } else {
             cJSON_AddNullToObject(ch, "finish_reason");
@@ -798,14 +876,18 @@ static cJSON *final_json(struct job *j) {
         cJSON *ch = cJSON_CreateObject();
         cJSON_AddNumberToObject(ch, "index", k);
         const char *text = c->text ? c->text : "";
+        cJSON *calls = NULL;
         if (j->chat) {
-            size_t r0, r1, c0, c1;
+            size_t r0, r1, c0, c1, ce;
             srv_think_split(text, c->len, j->think, 1, &r0, &r1, &c0, &c1);
+            calls = choice_calls(j, k, text, c0, c1, &ce);
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            char *cs = strndup(text + c0, c1 - c0);
-            cJSON_AddStringToObject(m, "content", cs);
+            char *cs = strndup(text + c0, ce - c0);
+            if (calls && !cs[0]) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", cs);
             free(cs);
+            if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
             if (r1 > r0) {
                 char *rs = strndup(text + r0, r1 - r0);
                 cJSON_AddStringToObject(m, "reasoning_content", rs);
@@ -824,7 +906,8 @@ static cJSON *final_json(struct job *j) {
         }
         if (r->p.logprobs) cJSON_AddItemToObject(ch, "logprobs", logprobs_json(j, c, 0, c->n_gen, 0));
         else cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", finish_name(c->finish));
+        cJSON_AddStringToObject(ch, "finish_reason",
+                                calls && c->finish == SRV_FIN_STOP ? "tool_calls" : finish_name(c->finish));
         cJSON_AddItemToArray(chs, ch);
     }
     cJSON_AddItemToObject(o, "usage", usage_json(j));
@@ -909,6 +992,7 @@ static int params_dup(const struct srv_params *p, struct srv_params *q) {
     *q = *p;
     q->bias_ids = NULL;
     q->bias_vals = NULL;
+    srv_grammar_ref(q->grammar);
     for (int i = 0; i < p->n_stops; i++) q->stops[i] = strdup(p->stops[i]);
     if (p->n_bias) {
         q->bias_ids = malloc((size_t)p->n_bias * sizeof *q->bias_ids);
@@ -918,6 +1002,240 @@ static int params_dup(const struct srv_params *p, struct srv_params *q) {
         memcpy(q->bias_vals, p->bias_vals, (size_t)p->n_bias * sizeof *q->bias_vals);
     }
     return 0;
+}
+
+/* ---- structured output and tools ---- */
+
+/* The compiled constraint for (kind, src): from the cache, or compiled and kept (LRU); a
+ * reference for the caller. A source that does not compile is a 400 naming param. */
+static struct srv_grammar *grammar_get(struct server *srv, gerbil_grammar_kind kind, const char *src, int compact,
+                                       const char *param, struct api_err *e) {
+    const size_t n = strlen(src) + 1; /* the key: kind, compact, src */
+    char *key = malloc(n + 2);
+    if (!key) { fail(e, 500, NULL, NULL, "out of memory"); return NULL; }
+    key[0] = (char)('0' + (int)kind);
+    key[1] = (char)('0' + compact);
+    memcpy(key + 2, src, n);
+    struct srv_grammar *out = NULL;
+    pthread_mutex_lock(&srv->gmu);
+    struct sched *s = srv->s;
+    if (!s->gvocab && gerbil_grammar_vocab_new(srv->tok, s->n_vocab, s->eos, s->n_eos, &s->gvocab) != GERBIL_OK) {
+        fail(e, 400, param, "invalid_value", "constrained output needs the model's tokenizer: %s", gerbil_last_error());
+        goto done;
+    }
+    struct srv_gcache *victim = &srv->gcache[0];
+    for (int i = 0; i < SRV_GRAMMAR_CACHE; i++) {
+        struct srv_gcache *c = &srv->gcache[i];
+        if (c->key && c->key_len == n + 1 && !memcmp(c->key, key, n + 1)) {
+            c->tick = ++srv->gtick;
+            out = srv_grammar_ref(c->g);
+            goto done;
+        }
+        if (!c->key) victim = c;
+        else if (victim->key && c->tick < victim->tick) victim = c;
+    }
+    gerbil_grammar_params gp = gerbil_grammar_default_params();
+    gp.max_whitespace = 1; /* as gerbil run: no model spends its budget on whitespace */
+    gp.compact = compact;
+    gerbil_grammar_t g = NULL;
+    if (gerbil_grammar_compile(s->gvocab, kind, src, n - 1, &gp, &g) != GERBIL_OK) {
+        fail(e, 400, param, "invalid_schema", "%s cannot be enforced: %s",
+             kind == GERBIL_GRAMMAR_GBNF ? "the grammar" : kind == GERBIL_GRAMMAR_SEQUENCE ? "the tools' parameters"
+                                                                                          : "the JSON Schema",
+             gerbil_last_error());
+        goto done;
+    }
+    { /* a constraint no output can meet (schema false, an empty enum) is the client's mistake */
+        gerbil_grammar_state_t st = NULL;
+        uint64_t *mask = malloc((size_t)gerbil_grammar_mask_words(g) * sizeof *mask);
+        int any = 0;
+        if (mask && gerbil_grammar_state_new(g, &st) == GERBIL_OK && gerbil_grammar_mask(st, mask) == GERBIL_OK)
+            for (int w = 0; w < gerbil_grammar_mask_words(g) && !any; w++) any = mask[w] != 0;
+        else any = 1; /* out of memory here: let the request find out */
+        gerbil_grammar_state_free(st);
+        free(mask);
+        if (!any) {
+            gerbil_grammar_free(g);
+            fail(e, 400, param, "invalid_schema", "the constraint in '%s' allows no output at all", param);
+            goto done;
+        }
+    }
+    struct srv_grammar *sg = calloc(1, sizeof *sg);
+    if (!sg) { gerbil_grammar_free(g); fail(e, 500, NULL, NULL, "out of memory"); goto done; }
+    sg->g = g;
+    sg->refs = 1;
+    if (victim->key) { srv_grammar_release(victim->g); free(victim->key); }
+    victim->key = key;
+    victim->key_len = n + 1;
+    victim->g = sg;
+    victim->tick = ++srv->gtick;
+    key = NULL;
+    out = srv_grammar_ref(sg);
+done:
+    pthread_mutex_unlock(&srv->gmu);
+    free(key);
+    return out;
+}
+
+/* tools, tool_choice, parallel_tool_calls, response_format and llama.cpp's grammar /
+ * json_schema: the job's tool mode and the constraint of every choice (p->grammar). */
+static int parse_constraints(struct server *srv, const cJSON *o, int chat, struct job *j, struct srv_params *p,
+                             struct api_err *e) {
+    const cJSON *tools = field(o, "tools"), *tc = field(o, "tool_choice"), *v;
+    const char *named = NULL;
+    j->tool_mode = TOOLS_OFF;
+    j->parallel_tools = 1;
+    if (get_bool(o, "parallel_tool_calls", &j->parallel_tools, e)) return -1;
+    if (tools && chat) {
+        if (!cJSON_IsArray(tools)) return fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *ty = field(t, "type"), *fn = field(t, "function");
+            if (!cJSON_IsObject(t) || (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))))
+                return fail(e, 400, "tools", "invalid_value", "each tool must be an object of type 'function'");
+            const cJSON *nm = field(fn, "name"), *pa = field(fn, "parameters");
+            if (!cJSON_IsObject(fn) || !cJSON_IsString(nm) || !nm->valuestring[0])
+                return fail(e, 400, "tools", "invalid_value", "each tool needs a 'function' with a string 'name'");
+            if (pa && !cJSON_IsObject(pa))
+                return fail(e, 400, "tools", "invalid_type", "the parameters of tool '%s' must be a JSON Schema object",
+                            nm->valuestring);
+        }
+        j->tool_mode = cJSON_GetArraySize(tools) ? TOOLS_AUTO : TOOLS_OFF;
+    }
+    if (tc && chat) {
+        if (cJSON_IsString(tc)) {
+            const char *c = tc->valuestring;
+            if (!strcmp(c, "none")) j->tool_mode = TOOLS_OFF;
+            else if (!strcmp(c, "auto")) {
+                /* with no tools there is nothing to call: plain text */
+            } else if (!strcmp(c, "required")) {
+                if (j->tool_mode == TOOLS_OFF)
+                    return fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' \"%s\" needs 'tools'", c);
+                j->tool_mode = TOOLS_REQUIRED;
+            } else {
+                return fail(e, 400, "tool_choice", "invalid_value",
+                            "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, got \"%s\"", c);
+            }
+        } else if (cJSON_IsObject(tc)) {
+            const cJSON *fn = field(tc, "function"), *nm = field(fn, "name");
+            if (!cJSON_IsString(nm))
+                return fail(e, 400, "tool_choice", "invalid_value",
+                            "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            if (j->tool_mode == TOOLS_OFF)
+                return fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names a function but 'tools' is empty");
+            int found = 0;
+            const cJSON *t;
+            cJSON_ArrayForEach(t, tools) found |= !strcmp(field(field(t, "function"), "name")->valuestring, nm->valuestring);
+            if (!found)
+                return fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names '%s', which is not among 'tools'",
+                            nm->valuestring);
+            named = nm->valuestring;
+            j->tool_mode = TOOLS_NAMED;
+        } else {
+            return fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+        }
+    }
+    if (j->tool_mode != TOOLS_OFF && !(j->tools = cJSON_Duplicate(tools, 1)))
+        return fail(e, 500, NULL, NULL, "out of memory");
+    j->id_seed = random_seed();
+
+    /* the constraint: at most one source */
+    gerbil_grammar_kind kind = GERBIL_GRAMMAR_JSON_OBJECT;
+    char *src = NULL;
+    const char *param = NULL;
+    int n_src = 0;
+    if ((v = field(o, "response_format"))) {
+        const cJSON *ty = field(v, "type");
+        if (!cJSON_IsObject(v) || !cJSON_IsString(ty))
+            return fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
+        if (!strcmp(ty->valuestring, "json_object")) {
+            const cJSON *sc = field(v, "schema"); /* llama.cpp's extension */
+            if (sc) { kind = GERBIL_GRAMMAR_JSON_SCHEMA; src = cJSON_PrintUnformatted(sc); }
+            else src = strdup("");
+            n_src++;
+        } else if (!strcmp(ty->valuestring, "json_schema")) {
+            const cJSON *js = field(v, "json_schema"), *sc = field(js, "schema");
+            if (!cJSON_IsObject(js))
+                return fail(e, 400, "response_format", "invalid_value",
+                            "response_format of type 'json_schema' needs a 'json_schema' object");
+            if (!sc) return fail(e, 400, "response_format", "invalid_value", "'json_schema' needs a 'schema'");
+            if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+                return fail(e, 400, "response_format", "invalid_type", "'json_schema.schema' must be a JSON Schema object");
+            kind = GERBIL_GRAMMAR_JSON_SCHEMA;
+            src = cJSON_PrintUnformatted(sc);
+            n_src++;
+        } else if (strcmp(ty->valuestring, "text")) {
+            return fail(e, 400, "response_format", "invalid_value",
+                        "response_format type must be 'text', 'json_object' or 'json_schema', got '%s'", ty->valuestring);
+        }
+        param = "response_format";
+    }
+    if ((v = field(o, "json_schema"))) { /* llama.cpp */
+        if (!cJSON_IsObject(v) && !cJSON_IsBool(v))
+            return fail(e, 400, "json_schema", "invalid_type", "'json_schema' must be a JSON Schema object");
+        if (!n_src++) { kind = GERBIL_GRAMMAR_JSON_SCHEMA; src = cJSON_PrintUnformatted(v); param = "json_schema"; }
+    }
+    if ((v = field(o, "grammar"))) { /* llama.cpp: GBNF */
+        if (!cJSON_IsString(v)) { free(src); return fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string of GBNF"); }
+        if (!n_src++) { kind = GERBIL_GRAMMAR_GBNF; src = strdup(v->valuestring); param = "grammar"; }
+    }
+    if (j->tool_mode == TOOLS_REQUIRED || j->tool_mode == TOOLS_NAMED) {
+        const char *why = NULL;
+        char *spec = srv_tool_grammar((enum srv_tool_fmt)srv->tool_fmt, tools, named, j->parallel_tools, &why);
+        if (!spec) { free(src); return fail(e, 400, "tools", "invalid_value", "%s", why ? why : "out of memory"); }
+        if (!n_src++) { kind = GERBIL_GRAMMAR_SEQUENCE; src = spec; param = "tools"; }
+        else free(spec);
+    }
+    if (n_src > 1) {
+        free(src);
+        return fail(e, 400, param, "invalid_value",
+                    "give one constraint: response_format, json_schema, grammar or a forced tool_choice");
+    }
+    if (!n_src) return 0;
+    if (!src) return fail(e, 500, NULL, NULL, "out of memory");
+    if (!srv->tok) { free(src); return fail(e, 400, param, "invalid_value", "constrained output needs the model's tokenizer"); }
+    j->c_kind = (int)kind;
+    j->c_src = src;
+    j->c_param = param;
+    return 0;
+}
+
+/* The job's constraint compiled into p->grammar. A chat prompt that opened <think> (a
+ * thinking model) gets the thought closed first, so the JSON or the call is the content. */
+static int constraint_compile(struct server *srv, struct job *j, struct srv_params *p, struct api_err *e) {
+    if (!j->c_src) return 0;
+    gerbil_grammar_kind kind = (gerbil_grammar_kind)j->c_kind;
+    char *src = j->c_src;
+    if (j->chat && j->think && kind != GERBIL_GRAMMAR_GBNF) {
+        cJSON *spec = NULL;
+        if (kind == GERBIL_GRAMMAR_SEQUENCE) {
+            spec = cJSON_Parse(src);
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(spec, "open");
+            const char *o0 = cJSON_IsString(op) ? op->valuestring : "";
+            char *open = malloc(strlen(o0) + 11);
+            if (open) snprintf(open, strlen(o0) + 11, "</think>\n\n%s", o0);
+            cJSON_DeleteItemFromObjectCaseSensitive(spec, "open");
+            if (open) cJSON_AddStringToObject(spec, "open", open);
+            free(open);
+        } else {
+            spec = cJSON_CreateObject();
+            cJSON_AddStringToObject(spec, "open", "</think>\n\n");
+            cJSON *items = cJSON_AddArrayToObject(spec, "items"), *alt = cJSON_CreateArray(), *part = cJSON_CreateObject();
+            cJSON_AddItemToObject(part, "schema", kind == GERBIL_GRAMMAR_JSON_SCHEMA ? cJSON_Parse(src)
+                                                  : cJSON_Parse("{\"type\": \"object\"}"));
+            cJSON_AddItemToArray(alt, part);
+            cJSON_AddItemToArray(items, alt);
+        }
+        char *t = spec ? cJSON_PrintUnformatted(spec) : NULL;
+        cJSON_Delete(spec);
+        if (!t) return fail(e, 500, NULL, NULL, "out of memory");
+        src = t;
+        kind = GERBIL_GRAMMAR_SEQUENCE;
+    }
+    /* a forced call's JSON is written compact: mostly forced bytes, no budget spent on spaces */
+    p->grammar = grammar_get(srv, kind, src, !strcmp(j->c_param, "tools"), j->c_param, e);
+    if (src != j->c_src) free(src);
+    return p->grammar ? 0 : -1;
 }
 
 static enum MHD_Result handle_generate(struct server *srv, struct MHD_Connection *conn, const char *body, size_t len,
@@ -940,12 +1258,14 @@ static enum MHD_Result handle_generate(struct server *srv, struct MHD_Connection
             else rc = get_bool(so, "include_usage", &j->include_usage, &e);
         }
         if (!rc && !chat) rc = get_bool(o, "echo", &j->echo, &e);
+        if (!rc) rc = parse_constraints(srv, o, chat, j, &p, &e);
     }
     if (!rc && chat) {
         if (!srv->tok) rc = fail(&e, 400, "messages", "invalid_value", "this model has no tokenizer: use /v1/completions with token ids");
         int32_t *ids = NULL;
         int n = 0;
-        if (!rc) rc = chat_prompt(srv, o, &ids, &n, &j->think, &e);
+        if (!rc) rc = chat_prompt(srv, o, j->tool_mode != TOOLS_OFF, &ids, &n, &j->think, &e);
+        if (!rc) rc = constraint_compile(srv, j, &p, &e);
         if (!rc) rc = fit_context(srv, n, &p, &e);
         if (!rc) {
             rc = job_add(j, ids, n, &p, &e);
@@ -959,6 +1279,7 @@ static enum MHD_Result handle_generate(struct server *srv, struct MHD_Connection
             rc = fail(&e, 400, "prompt", "invalid_type", "'prompt' must be a string, token ids, or a list of them");
         else if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 0)
             rc = fail(&e, 400, "prompt", "invalid_value", "'prompt' is empty");
+        if (!rc) rc = constraint_compile(srv, j, &p, &e);
         const cJSON *list = NULL;
         if (!rc && cJSON_IsArray(pr) && !is_id_array(pr)) list = pr;
         const int n_prompts = list ? cJSON_GetArraySize(list) : 1;
@@ -1206,6 +1527,7 @@ int server_start(struct server *srv, const struct srv_config *cfg) {
     srv->cfg = *cfg;
     srv->created = (int64_t)time(NULL);
     pthread_mutex_init(&srv->mu, NULL);
+    pthread_mutex_init(&srv->gmu, NULL);
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
@@ -1242,6 +1564,7 @@ void server_ready(struct server *srv, struct sched *s, gerbil_model_t m, gerbil_
     srv->model = m;
     srv->tok = tok;
     srv->tmpl = tmpl;
+    srv->tool_fmt = (int)srv_tool_format(tmpl ? gerbil_chat_template_source(tmpl) : NULL);
     srv->ctx_tok = -1;
     int32_t *ids = NULL;
     int n = 0;
@@ -1261,5 +1584,11 @@ void server_stop(struct server *srv) {
     MHD_stop_daemon(srv->d);            /* waits for the connection threads */
     if (fd != MHD_INVALID_SOCKET) close(fd);
     srv->d = NULL;
+    for (int i = 0; i < SRV_GRAMMAR_CACHE; i++) { /* requests still holding one keep theirs */
+        srv_grammar_release(srv->gcache[i].g);
+        free(srv->gcache[i].key);
+        srv->gcache[i] = (struct srv_gcache){0};
+    }
+    pthread_mutex_destroy(&srv->gmu);
     pthread_mutex_destroy(&srv->mu);
 }

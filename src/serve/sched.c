@@ -18,7 +18,19 @@ static double now_s(void) {
 
 /* ---- requests ---- */
 
+struct srv_grammar *srv_grammar_ref(struct srv_grammar *g) {
+    if (g) __atomic_add_fetch(&g->refs, 1, __ATOMIC_ACQ_REL);
+    return g;
+}
+
+void srv_grammar_release(struct srv_grammar *g) {
+    if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL)) return;
+    gerbil_grammar_free(g->g);
+    free(g);
+}
+
 void srv_params_free(struct srv_params *p) {
+    srv_grammar_release(p->grammar);
     free(p->bias_ids);
     free(p->bias_vals);
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
@@ -54,6 +66,7 @@ static void req_free(struct srv_req *r) {
         struct srv_choice *c = &r->ch[i];
         gerbil_sampler_free(c->sampler);
         gerbil_detok_free(c->detok);
+        gerbil_grammar_state_free(c->gs);
         stop_free(&c->stop);
         free(c->gen);
         free(c->text);
@@ -131,6 +144,7 @@ gerbil_status sched_new(gerbil_model_t model, gerbil_tokenizer_t tok, const stru
     s->lbuf = malloc(V * sizeof *s->lbuf);
     s->lsm = malloc(V * sizeof *s->lsm);
     s->counts = calloc(V, sizeof *s->counts);
+    s->mask = malloc((V + 63) / 64 * sizeof *s->mask);
     s->blk = malloc(((size_t)p->n_kv / GERBIL_KV_BLOCK + 2) * sizeof *s->blk);
     if (p->prefix_cache) s->pc = prefix_new(gerbil_context_n_blocks(s->ctx));
     s->state_bytes = gerbil_context_state_bytes(s->ctx);
@@ -138,7 +152,7 @@ gerbil_status sched_new(gerbil_model_t model, gerbil_tokenizer_t tok, const stru
         s->n_snaps = 2 * p->n_parallel < 8 ? 8 : 2 * p->n_parallel;
         s->snaps = calloc((size_t)s->n_snaps, sizeof *s->snaps);
     }
-    if (!s->b_tok || !s->b_seq || !s->b_logits || !s->b_ch || !s->lbuf || !s->lsm || !s->counts || !s->blk ||
+    if (!s->b_tok || !s->b_seq || !s->b_logits || !s->b_ch || !s->lbuf || !s->lsm || !s->counts || !s->mask || !s->blk ||
         (p->prefix_cache && !s->pc) || (s->n_snaps && !s->snaps)) {
         sched_free(s);
         return err_set(GERBIL_ERR_NOMEM, "out of memory");
@@ -173,6 +187,7 @@ void sched_free(struct sched *s) {
     for (int i = 0; i < s->n_snaps; i++) free(s->snaps[i].state);
     free(s->snaps);
     gerbil_context_free(s->ctx);
+    gerbil_grammar_vocab_free(s->gvocab);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_logits);
@@ -180,6 +195,7 @@ void sched_free(struct sched *s) {
     free(s->lbuf);
     free(s->lsm);
     free(s->counts);
+    free(s->mask);
     free(s->blk);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
@@ -277,6 +293,7 @@ static int choice_setup(struct sched *s, struct srv_req *r, int i) {
         st = gerbil_detok_new(s->tok, 1, &c->detok);
         if (st == GERBIL_OK) st = gerbil_detok_prime(c->detok, r->prompt, r->n_prompt);
     }
+    if (st == GERBIL_OK && r->p.grammar) st = gerbil_grammar_state_new(r->p.grammar->g, &c->gs);
     if (st == GERBIL_OK && stop_init(&c->stop, (const char *const *)r->p.stops, r->p.n_stops))
         st = err_set(GERBIL_ERR_NOMEM, "out of memory");
     if (st != GERBIL_OK) {
@@ -587,9 +604,40 @@ static void sample(struct sched *s, struct srv_req *r, struct srv_choice *c, con
     const int V = s->n_vocab;
     memcpy(s->lbuf, logits, (size_t)V * sizeof *s->lbuf);
     srv_apply_penalties(s->lbuf, V, &r->p, r->prompt, r->n_prompt, c->gen, c->n_gen, s->counts);
+    int32_t forced = -1;
+    if (c->gs) {
+        /* the grammar's mask, as gerbil_generate applies it: -inf outside it (EOS only where
+         * the grammar may end); a token that is the only one allowed is taken unsampled */
+        const double t0 = now_s();
+        gerbil_status gst = gerbil_grammar_mask(c->gs, s->mask);
+        s->m.mask_s += now_s() - t0;
+        s->m.masks++;
+        if (gst != GERBIL_OK) {
+            snprintf(r->err, sizeof r->err, "the grammar failed: %s", gerbil_last_error());
+            choice_finish(s, c, SRV_FIN_ERROR);
+            return;
+        }
+        int n_allowed = 0;
+        for (int w = 0, W = (V + 63) / 64; w < W && n_allowed < 2; w++)
+            if (s->mask[w]) {
+                n_allowed += (s->mask[w] & (s->mask[w] - 1)) ? 2 : 1;
+                forced = w * 64 + __builtin_ctzll(s->mask[w]);
+            }
+        if (n_allowed == 0) { /* a dead end: nothing can follow */
+            choice_end(s, r, c, SRV_FIN_STOP);
+            return;
+        }
+        if (n_allowed > 1) forced = -1;
+        gerbil_sampler_apply_mask(s->lbuf, V, s->mask);
+    }
     struct srv_logprob lp;
     if (r->p.logprobs) srv_logprobs(s->lbuf, V, s->lsm, -1, r->p.top_logprobs, &lp);
-    const int32_t id = gerbil_sampler_sample(c->sampler, s->lbuf, NULL, 0);
+    const int32_t id = forced >= 0 ? forced : gerbil_sampler_sample(c->sampler, s->lbuf, NULL, 0);
+    if (c->gs && gerbil_grammar_accept_token(c->gs, id) != GERBIL_OK) {
+        snprintf(r->err, sizeof r->err, "the grammar rejected token %d: %s", (int)id, gerbil_last_error());
+        choice_finish(s, c, SRV_FIN_ERROR);
+        return;
+    }
     if (grow((void **)&c->gen, &c->cap_gen, c->n_gen + 1, sizeof *c->gen)) {
         snprintf(r->err, sizeof r->err, "out of memory");
         choice_finish(s, c, SRV_FIN_ERROR);
@@ -617,7 +665,7 @@ static void sample(struct sched *s, struct srv_req *r, struct srv_choice *c, con
         srv_hist_add(&s->m.itl, t - c->t_last);
     }
     c->t_last = t;
-    if (!r->p.ignore_eos && is_eos(s, id)) {
+    if ((!r->p.ignore_eos || c->gs) && is_eos(s, id)) { /* under a grammar EOS is allowed only at its end */
         choice_end(s, r, c, SRV_FIN_STOP);
         return;
     }
@@ -851,6 +899,10 @@ void sched_metrics_text(struct sched *s, char **b, size_t *l, size_t *c) {
     GAUGE("preemptions_total", "Requests preempted (KV cache full) and recomputed later.", "counter",
           m->preemptions);
     GAUGE("steps_total", "Batched forwards.", "counter", m->steps);
+    GAUGE("grammar_masks_total", "Grammar masks computed (constrained tokens).", "counter", m->masks);
+    append(b, l, c, "# HELP gerbil_grammar_mask_seconds_total Time spent computing grammar masks.\n"
+                    "# TYPE gerbil_grammar_mask_seconds_total counter\ngerbil_grammar_mask_seconds_total %.6f\n",
+           m->mask_s);
     GAUGE("state_snapshots_total", "Recurrent-state snapshots taken for the prefix cache (hybrid models).",
           "counter", m->snapshots);
 #undef GAUGE

@@ -35,6 +35,15 @@ enum { SRV_MAX_STOPS = 16, SRV_MAX_TOP_LOGPROBS = 20 };
 
 enum srv_finish { SRV_FIN_NONE = 0, SRV_FIN_STOP, SRV_FIN_LENGTH, SRV_FIN_CANCELLED, SRV_FIN_ERROR };
 
+/* A compiled grammar shared by requests (the server caches them by source text); the last
+ * reference frees it. */
+struct srv_grammar {
+    gerbil_grammar_t g;
+    int refs;              /* atomic */
+};
+struct srv_grammar *srv_grammar_ref(struct srv_grammar *g);
+void srv_grammar_release(struct srv_grammar *g);
+
 struct srv_params {
     float temperature, top_p, min_p;
     int top_k;
@@ -51,6 +60,7 @@ struct srv_params {
     float *bias_vals;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
+    struct srv_grammar *grammar; /* a constraint on every choice (a reference, released with the request), or NULL */
 };
 
 /* One chosen token's logprob and its alternatives. */
@@ -71,6 +81,7 @@ struct srv_choice {
     gerbil_detok_t detok;
     struct stop_matcher stop;
     int stopped;           /* the stop matcher matched: feed it no more */
+    gerbil_grammar_state_t gs; /* the choice's grammar state (params.grammar), or NULL */
     uint64_t chain;        /* prefix-cache hash after its registered/attached chunks */
     int n_chain;           /* positions covered by chain */
     /* shared, under sched.mu */
@@ -126,6 +137,8 @@ struct srv_metrics {
     uint64_t prefix_queries, prefix_hits; /* blocks looked up, found */
     uint64_t preemptions, steps, finished, snapshots;
     int max_step_rows;     /* the most rows one step had */
+    uint64_t masks;        /* grammar masks computed */
+    double mask_s;         /* time spent computing them */
     struct srv_hist ttft, itl;
 };
 
@@ -170,6 +183,8 @@ struct sched {
     float *lsm;                /* [n_vocab] log-softmax scratch */
     int32_t *counts;           /* [n_vocab] penalties' counts */
     int32_t *blk;              /* [n_ctx_seq / 16 + 1] block ids */
+    uint64_t *mask;            /* [(n_vocab + 63) / 64] a grammar mask */
+    gerbil_grammar_vocab_t gvocab; /* the tokenizer's trie for grammars (the server builds it on first use) */
     int step_delay_us;         /* $GERBIL_SERVE_STEP_DELAY_US: a pause after each step, for tests that
                                   act mid-stream on a model too fast to catch (never set in use) */
 };

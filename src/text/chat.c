@@ -69,6 +69,8 @@ void gerbil_chat_template_free(gerbil_chat_template_t t) {
     free(t);
 }
 
+const char *gerbil_chat_template_source(gerbil_chat_template_t t) { return t ? t->src : NULL; }
+
 gerbil_status gerbil_chat_template_new(const char *src, const char *bos_token, const char *eos_token,
                                        gerbil_chat_template_t *out) {
     *out = NULL;
