@@ -19,7 +19,12 @@ weights as stored (bf16 upcast exactly; MLX dequantized in numpy: w = scale * q 
 
 Each OUT_DIR/NAME/ is a sentence-transformers folder WITHOUT tokenizer.json / tokenizer_config.json (the tests
 link them from ../shared/data/tokenizers/) plus expected.json:
-  {"texts": [{"text", "prompt_name", "input": prompt + text as ST saw it, "ids", "embedding"}], ...}
+  {"texts": [{"text", "prompt_name", "input": prompt + text, "ids": what ST's Transformer module was given,
+              "tokenizer_ids": the HF tokenizer's encoding of input, "embedding"}], ...}
+Note: sentence-transformers 6 saves a "message" modality for a tokenizer with a chat template and then renders
+every text through it (Transformer.preprocess: "Always convert to the message format if it's supported"; a prompt
+becomes the system message), so "ids" != "tokenizer_ids" here. tests/test_embed.c checks the model, pooling, Dense
+and Normalize on "ids" (gerbil_embed_ids) and gerbil's text path against "tokenizer_ids".
 """
 
 import json
@@ -202,12 +207,39 @@ def build(family, tokdir, work, outdir):
             st = SentenceTransformer(std, device="cpu", model_kwargs=mk)
             log(f"  loaded: {type(st[0].auto_model).__name__ if hasattr(st[0], 'auto_model') else type(st[0].model).__name__}"
                 f", sliding_window {getattr(st[0].model.config, 'sliding_window', None)}")
+            seen = {}
+
+            def hook(mod, args, output):  # what the Transformer module was given and gave
+                seen["ids"] = [int(x) for x in args[0]["input_ids"][0].tolist()]
+                seen["tok"] = output["token_embeddings"][0].detach().float().clone()
+
+            hk = st[0].register_forward_hook(hook)
+            # the weights in memory against the file the fixture ships
+            from safetensors.torch import load_file
+            sd = load_file(os.path.join(std, "model.safetensors"))
+            wdiff = max(float((p.detach().float() - sd[n].float()).abs().max()) for n, p in st[0].model.named_parameters()
+                        if n in sd)
+            missing = [n for n, _ in st[0].model.named_parameters() if n not in sd]
+            log(f"  weights in memory vs file: max |diff| {wdiff:.3g}, not in file: {missing[:4]}")
+            log(f"  model class {type(st[0].model).__name__}, config: "
+                f"{ {k: getattr(st[0].model.config, k, None) for k in ('rope_parameters', 'sliding_window', 'layer_types', 'use_bidirectional_attention', 'is_causal', '_attn_implementation')} }")
             res = []
             for it in items:
                 kw = {"prompt_name": it["prompt_name"]} if it["prompt_name"] else {}
+                seen.clear()
                 e = st.encode([it["st_text"]], batch_size=1, convert_to_numpy=True, **kw)[0]
-                res.append(dict(text=it["text"], prompt_name=it["prompt_name"], input=it["input"], ids=it["ids"],
-                                embedding=[float(x) for x in e]))
+                # the same ids through the bare model: last_hidden_state
+                with torch.no_grad():
+                    hs = st[0].model(input_ids=torch.tensor([seen["ids"]])).last_hidden_state[0].float()
+                ddiff = float((hs - seen["tok"]).abs().max())
+                if seen["ids"] != it["ids"] or ddiff > 1e-5:
+                    log(f"  text {it['index']} ({it['prompt_name']}): ST ids {seen['ids'][:12]}... (tokenizer: "
+                        f"{it['ids'][:12]}...), direct forward vs ST token embeddings {ddiff:.3g}")
+                res.append(dict(text=it["text"], prompt_name=it["prompt_name"], input=it["input"], ids=seen["ids"],
+                                tokenizer_ids=it["ids"], embedding=[float(x) for x in e],
+                                last_hidden_first4=[float(x) for x in seen["tok"][-1][:4]],
+                                first_hidden_first4=[float(x) for x in seen["tok"][0][:4]]))
+            hk.remove()
             # the same texts in one padded batch, for information
             eb = st.encode([it["st_text"] for it in items[: len(TEXTS)]], batch_size=8, convert_to_numpy=True)
             bdiff = float(max(np.abs(eb[i] - np.array(res[i]["embedding"])).max() for i in range(len(TEXTS))))
