@@ -59,7 +59,7 @@ struct fx {
     double min_cos;
 };
 
-static void run_fixture(const struct fx *fx, const char *backend, int threads) {
+static void run_fixture(const struct fx *fx, gerbil_tokenizer_t tok, const char *backend, int threads) {
     char dir[PATH_MAX], path[PATH_MAX + 32];
     CHECKF(unpack(fx->name, fx->family, dir, sizeof dir) == 0, "%s: cannot unpack", fx->name);
     snprintf(path, sizeof path, "%s/expected.json", dir);
@@ -72,11 +72,9 @@ static void run_fixture(const struct fx *fx, const char *backend, int threads) {
     mp.n_threads = threads;
     mp.backend = backend;
     gerbil_model_t m = NULL;
-    gerbil_tokenizer_t tok = NULL;
     gerbil_embedder_t e = NULL;
     gerbil_status st = gerbil_model_load(dir, &mp, &m);
     CHECKF(st == GERBIL_OK, "%s: load: %s", fx->name, gerbil_last_error());
-    if (st == GERBIL_OK) st = gerbil_tokenizer_load(dir, &tok);
     if (st == GERBIL_OK) st = gerbil_embedder_new(m, tok, dir, &e);
     CHECKF(st == GERBIL_OK, "%s: embedder: %s", fx->name, gerbil_last_error());
     if (st != GERBIL_OK) goto out;
@@ -176,7 +174,6 @@ static void run_fixture(const struct fx *fx, const char *backend, int threads) {
     free(plain);
 out:
     gerbil_embedder_free(e);
-    gerbil_tokenizer_free(tok);
     gerbil_model_free(m);
     cJSON_Delete(exp);
     snprintf(path, sizeof path, "rm -rf %s", dir);
@@ -262,12 +259,17 @@ int main(void) {
         {"embed-gemma3-bf16", "gemma3", 0.999}, {"embed-gemma3-mlx4", "gemma3", 0.999},
     };
     hidden_rows();
-    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
-        run_fixture(&fixtures[i], NULL, 2);
-        run_fixture(&fixtures[i], NULL, 1);
+    gerbil_tokenizer_t toks[2] = {NULL, NULL}; /* qwen3, gemma3: loaded once */
+    CHECK(gerbil_tokenizer_load("../shared/data/tokenizers/qwen3", &toks[0]) == GERBIL_OK);
+    CHECK(gerbil_tokenizer_load("../shared/data/tokenizers/gemma3", &toks[1]) == GERBIL_OK);
+    for (size_t i = 0; toks[0] && toks[1] && i < sizeof fixtures / sizeof fixtures[0]; i++) {
+        gerbil_tokenizer_t tk = toks[strcmp(fixtures[i].family, "gemma3") == 0];
+        run_fixture(&fixtures[i], tk, NULL, 2);
+        run_fixture(&fixtures[i], tk, NULL, 1);
+        if (strstr(fixtures[i].name, "-f32")) run_fixture(&fixtures[i], tk, "ref", 1);
     }
-    run_fixture(&fixtures[0], "ref", 1);
-    run_fixture(&fixtures[3], "ref", 1);
+    gerbil_tokenizer_free(toks[0]);
+    gerbil_tokenizer_free(toks[1]);
     errors();
     rmdir(tmp_root);
     return test_done();
