@@ -544,6 +544,8 @@ typedef struct gerbil_embed_options {
 gerbil_status gerbil_embedder_new(gerbil_model_t model, gerbil_tokenizer_t tok, const char *dir,
                                   gerbil_embedder_t *out);
 void gerbil_embedder_free(gerbil_embedder_t e);
+/* 1 for a model without lm_head (Qwen3Model, Gemma3TextModel): it embeds and cannot generate. */
+int gerbil_model_is_embedding(gerbil_model_t model);
 int gerbil_embedder_dim(gerbil_embedder_t e);         /* output size before --dimensions */
 int gerbil_embedder_max_tokens(gerbil_embedder_t e);  /* longest input, in tokens */
 /* The folder's prompt names, NUL-separated then "" (NULL when none); its default one or NULL. */

@@ -68,5 +68,14 @@ expect_fail "not an embedding model" 1 'not an embedding model' "$G" embed --mod
 expect_fail "run refuses an embedding model" 1 'embedding model' "$G" run --model "$M" hi
 "$G" embed --help | grep -q -- '--prompt-name' && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: --help"; }
 
+# POST /v1/embeddings through the openai SDK (when node and tests/node/node_modules are there)
+S=../shared/data/models/stories260K/hf
+if command -v node >/dev/null && [ -d tests/node/node_modules/openai ] && [ -d $S ]; then
+    "$G" embed --model "$M" "Hello world" "a" >"$T/hw.json"
+    if GERBIL="$G" node tests/node/embed.test.mjs "$M" $S "$T/hw.json"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: embed.test.mjs"; fi
+else
+    echo "(node, tests/node/node_modules or stories260K absent: the openai SDK check is skipped)"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -352,6 +352,7 @@ void gerbil_embedder_free(gerbil_embedder_t e) {
     free(e);
 }
 
+int gerbil_model_is_embedding(gerbil_model_t m) { return m->cfg.no_lm_head; }
 int gerbil_embedder_dim(gerbil_embedder_t e) { return e->dim; }
 int gerbil_embedder_max_tokens(gerbil_embedder_t e) { return e->max_tokens; }
 const char *gerbil_embedder_prompt_names(gerbil_embedder_t e) { return e->n_prompts ? e->prompt_blob : NULL; }

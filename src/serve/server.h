@@ -60,6 +60,12 @@ int srv_key_equal(const char *given, size_t given_len, const char *expected);
  * out of both, so a stream never sends it to the wrong side. */
 void srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0, size_t *c1);
 
+/* POST /v1/embeddings (embed.c): the HTTP status and its JSON answer (*json malloc'd).
+ * srv_embed_set_dir names the model folder (its modules.json); srv_embed_free at the end. */
+int srv_embeddings(struct server *srv, const char *body, size_t len, char **json);
+void srv_embed_set_dir(const char *dir);
+void srv_embed_free(void);
+
 /* The chat page (page.c, generated at build time from src/serve/page/chat.html). */
 extern const unsigned char gerbil_chat_page[];
 extern const size_t gerbil_chat_page_len;
