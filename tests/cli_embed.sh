@@ -23,15 +23,15 @@ for t in tokenizer.json tokenizer_config.json; do
     ln -s "$(realpath $GM/$t)" "$T/embed-gemma3-f32/$t"
     ln -s "$(realpath $Q/$t)" "$T/embed-qwen3-mlx4/$t"
 done
-M=$T/embed-gemma3-f32
+M=$T/embed-qwen3-mlx4   # the lighter tokenizer: every check loads it
 
 "$G" embed --model "$M" "Hello world" "Ünïcödé: café 🙂" "a" >"$T/args.json" 2>"$T/err"; ok test $? -eq 0
 printf 'Hello world\r\nÜnïcödé: café 🙂\na\n' | "$G" embed --model "$M" - >"$T/stdin.json" 2>>"$T/err"; ok test $? -eq 0
 "$G" embed --model "$M" a >"$T/one.json" 2>>"$T/err"; ok test $? -eq 0
 "$G" embed --model "$M" --dimensions 8 --prompt-name query "Hello world" >"$T/d8.json" 2>>"$T/err"; ok test $? -eq 0
-"$G" embed --model "$M" --prompt "task: search result | query: " "Hello world" >"$T/p.json" 2>>"$T/err"; ok test $? -eq 0
+"$G" embed --model "$M" --prompt $'Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:' "Hello world" >"$T/p.json" 2>>"$T/err"; ok test $? -eq 0
 "$G" embed --model "$M" --prompt-name query "Hello world" >"$T/pn.json" 2>>"$T/err"; ok test $? -eq 0
-"$G" embed --model "$T/embed-qwen3-mlx4" "Hello world" >"$T/q.json" 2>>"$T/err"; ok test $? -eq 0
+"$G" embed --model "$T/embed-gemma3-f32" "Hello world" >"$T/q.json" 2>>"$T/err"; ok test $? -eq 0
 sed 's/^/  stderr: /' "$T/err" | head -5
 python3 - "$T" "$M" <<'EOF' || fail=$((fail+1))
 import json, math, sys
@@ -39,8 +39,8 @@ T, M = sys.argv[1], sys.argv[2]
 L = lambda n: json.load(open(f"{T}/{n}.json"))
 a, s, one, d8, p, pn, q = (L(n) for n in ("args", "stdin", "one", "d8", "p", "pn", "q"))
 assert list(a) == ["model", "dim", "embeddings"], list(a)
-assert a["model"] == M and a["dim"] == 24 and len(a["embeddings"]) == 3, (a["model"], a["dim"])
-assert all(len(e) == 24 for e in a["embeddings"])
+assert a["model"] == M and a["dim"] == 32 and len(a["embeddings"]) == 3, (a["model"], a["dim"])
+assert all(len(e) == 32 for e in a["embeddings"])
 assert a == s, "stdin lines differ from TEXT arguments"
 assert one["embeddings"][0] == a["embeddings"][2], "a batch differs from one by one"
 for e in a["embeddings"]:
@@ -50,13 +50,13 @@ full = pn["embeddings"][0][:8]; nrm = math.sqrt(sum(x * x for x in full))
 assert max(abs(x / nrm - y) for x, y in zip(full, d8["embeddings"][0])) < 1e-6, "dimensions is not truncate + renormalise"
 assert p["embeddings"] == pn["embeddings"], "--prompt TEXT differs from the same prompt by name"
 assert pn["embeddings"] != a["embeddings"][:1], "the prompt changed nothing"
-assert q["dim"] == 32 and len(q["embeddings"]) == 1
+assert q["dim"] == 24 and len(q["embeddings"]) == 1  # EmbeddingGemma shape: two Dense to 24
 print("json checks passed")
 EOF
 pass=$((pass+1))
 
 expect_fail "unknown prompt name" 2 'unknown prompt name "nope".*query' "$G" embed --model "$M" --prompt-name nope x
-expect_fail "dimensions too large" 2 'dimensions 25 is out of range.*24' "$G" embed --model "$M" --dimensions 25 x
+expect_fail "dimensions too large" 2 'dimensions 33 is out of range.*32' "$G" embed --model "$M" --dimensions 33 x
 expect_fail "dimensions zero" 2 'dimensions' "$G" embed --model "$M" --dimensions 0 x
 expect_fail "no text" 2 'TEXT' "$G" embed --model "$M"
 expect_fail "text and stdin" 2 'not both' "$G" embed --model "$M" x -

@@ -58,15 +58,15 @@ await check('dimensions: truncated and renormalised', async () => {
   assert.ok(close(e, f.map((x) => x / n)));
 });
 await check('token ids and arrays of them', async () => {
-  const a = await client.embeddings.create({ model: 'm', input: [[2, 9259, 1902], [2, 236746]], encoding_format: 'float' });
-  const b = await client.embeddings.create({ model: 'm', input: [2, 9259, 1902], encoding_format: 'float' });
+  const a = await client.embeddings.create({ model: 'm', input: [[9707, 1879, 151643], [64, 151643]], encoding_format: 'float' });
+  const b = await client.embeddings.create({ model: 'm', input: [9707, 1879, 151643], encoding_format: 'float' });
   assert.equal(a.data.length, 2);
   assert.ok(close(a.data[0].embedding, b.data[0].embedding));
-  assert.ok(close(a.data[0].embedding, cli.embeddings[0]), 'the ids of "Hello world" (with <bos>) give its embedding');
+  assert.ok(close(a.data[0].embedding, cli.embeddings[0]), 'the ids of "Hello world<|endoftext|>" give its embedding');
 });
 await check('bad requests are 400 naming the problem', async () => {
   for (const [body, pat] of [[{ input: [] }, /non-empty/], [{ input: 'x', dimensions: 99 }, /out of range/],
-                             [{ input: 'x', encoding_format: 'hex' }, /encoding_format/], [{ input: [[2, 1e9]] }, /vocabulary/]]) {
+                             [{ input: 'x', encoding_format: 'hex' }, /encoding_format/], [{ input: [[9707, 1e9]] }, /vocabulary/]]) {
     await assert.rejects(client.embeddings.create({ model: 'm', ...body }), (e) => e.status === 400 && pat.test(e.message));
   }
 });
