@@ -2,7 +2,7 @@
  * (one thread per connection, so a stream's reader can wait for its tokens), in front
  * of the scheduler (sched.h).
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+ * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (embed.c), GET /v1/models, GET /health,
  * GET /metrics, POST /tokenize, POST /detokenize, GET / (the chat page). Errors are
  * OpenAI's {"error": {"message", "type", "param", "code"}}. */
 #ifndef GB_SERVE_SERVER_H
