@@ -251,7 +251,7 @@ static void errors(void) {
     gerbil_tokenizer_t tok = NULL;
     gerbil_embedder_t e = NULL;
     if (gerbil_model_load("tests/fixtures/qwen3-f32", NULL, &m) != GERBIL_OK) return;
-    char dir[PATH_MAX];
+    char dir[PATH_MAX] = "";
     if (unpack("embed-qwen3-f32", "qwen3", dir, sizeof dir) == 0 && gerbil_tokenizer_load(dir, &tok) == GERBIL_OK) {
         gerbil_status st = gerbil_embedder_new(m, tok, "tests/fixtures/qwen3-f32", &e);
         CHECKF(st == GERBIL_ERR_UNSUPPORTED && strstr(gerbil_last_error(), "not an embedding model"), "%s",
@@ -267,6 +267,9 @@ static void errors(void) {
     }
     gerbil_tokenizer_free(tok);
     gerbil_model_free(m);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
 }
 
 /* The embeddings path on a causal model: hidden states of every row (embeddings = 1) times
