@@ -104,6 +104,15 @@ int gerbil_model_n_layer(gerbil_model_t model);
  * model's backend (the same holds for sessions). */
 typedef struct gerbil_context *gerbil_context_t;
 
+/* Attention within a sequence. Bidirectional (EmbeddingGemma's use_bidirectional_attention):
+ * every row sees every position of its sequence (sliding windows: |i - j| < window), so a
+ * sequence must be evaluated in one batch, from empty. */
+typedef enum {
+    GERBIL_ATTENTION_MODEL = 0, /* as the model's config says */
+    GERBIL_ATTENTION_CAUSAL,
+    GERBIL_ATTENTION_BIDIRECTIONAL,
+} gerbil_attention;
+
 typedef struct gerbil_context_params {
     int n_ctx;             /* KV positions shared by all sequences, and the most one may hold
                               (<= 0: the model's max_position_embeddings capped at 4096) */
@@ -114,6 +123,10 @@ typedef struct gerbil_context_params {
      * < n_layer) for i < n_taps (may be 0 / NULL). */
     const int *tap_layers;
     int n_taps;
+    /* 1: outputs are final-normed hidden states ([n_embd], gerbil_context_embedding), no
+     * lm_head (required for models without one: Qwen3Model, Gemma3TextModel) */
+    int embeddings;
+    gerbil_attention attention; /* causal or bidirectional within a sequence (default: the model's) */
 } gerbil_context_params;
 
 /* A row whose input is an embedding (gerbil_batch.embd) rather than a token id. */
@@ -165,6 +178,9 @@ int gerbil_context_n_outputs(gerbil_context_t ctx);
 const float *gerbil_context_logits(gerbil_context_t ctx, int i);
 /* [n_embd] hidden state of output i after tap layer tap_layers[tap]; NULL when out of range. */
 const float *gerbil_context_hidden(gerbil_context_t ctx, int i, int tap);
+/* [n_embd] final-normed hidden state of output i (contexts with embeddings = 1); NULL when
+ * out of range. */
+const float *gerbil_context_embedding(gerbil_context_t ctx, int i);
 
 /* ---- contexts, for schedulers and prefix caches (gerbil serve) ----
  * KV bytes one position takes in a context of this kv type (every attention layer's K and V). */
@@ -523,6 +539,41 @@ void gerbil_hub_list_free(gerbil_hub_entry *entries, int n);
 gerbil_status gerbil_hub_remove(const char *repo, const gerbil_hub_params *p, uint64_t *freed);
 /* The cache folder in use (from p or the environment); malloc'd. */
 char *gerbil_hub_cache_dir(const gerbil_hub_params *p);
+
+/* ---- text embeddings (src/embed/) ----
+ * A sentence-transformers folder (modules.json: Transformer -> Pooling -> Dense ... ->
+ * Normalize; prompts from config_sentence_transformers.json), or a bare model folder
+ * (Qwen3Model / Gemma3TextModel: last-token pooling and normalisation for Qwen3, mean for
+ * Gemma 3). Many texts go into one batch (each its own sequence, no padding); a text's
+ * embedding does not depend on the others in its batch, bit for bit. */
+typedef struct gerbil_embedder *gerbil_embedder_t;
+
+typedef struct gerbil_embed_options {
+    const char *prompt_name;  /* a key of the folder's prompts ("query", "document", ...), or NULL */
+    const char *prompt;       /* a prompt given as text (wins over prompt_name), or NULL */
+    int dimensions;           /* Matryoshka: keep the first N and renormalise; 0: all */
+} gerbil_embed_options;
+
+/* dir: the folder (its modules.json etc.; the weights are model's); tok: its tokenizer. The
+ * embedder keeps pointers to both (free them after it). Refuses models that are not
+ * embedding models, naming why. */
+gerbil_status gerbil_embedder_new(gerbil_model_t model, gerbil_tokenizer_t tok, const char *dir,
+                                  gerbil_embedder_t *out);
+void gerbil_embedder_free(gerbil_embedder_t e);
+/* 1 for a model without lm_head (Qwen3Model, Gemma3TextModel): it embeds and cannot generate. */
+int gerbil_model_is_embedding(gerbil_model_t model);
+int gerbil_embedder_dim(gerbil_embedder_t e);         /* output size before --dimensions */
+int gerbil_embedder_max_tokens(gerbil_embedder_t e);  /* longest input, in tokens */
+/* The folder's prompt names, NUL-separated then "" (NULL when none); its default one or NULL. */
+const char *gerbil_embedder_prompt_names(gerbil_embedder_t e);
+const char *gerbil_embedder_default_prompt(gerbil_embedder_t e);
+/* out: n x dim floats (dim = o->dimensions or gerbil_embedder_dim), in input order;
+ * *n_tokens (may be NULL): tokens evaluated. Texts get the prompt and the tokenizer's
+ * special tokens; ids are used as given (no prompt, no special tokens added). */
+gerbil_status gerbil_embed(gerbil_embedder_t e, const char *const *texts, int n, const gerbil_embed_options *o,
+                           float *out, int *n_tokens);
+gerbil_status gerbil_embed_ids(gerbil_embedder_t e, const int32_t *const *ids, const int *n_ids, int n,
+                               const gerbil_embed_options *o, float *out, int *n_tokens);
 
 #ifdef __cplusplus
 }

@@ -176,7 +176,13 @@ int main(void) {
     CHECKF(strstr(gerbil_last_error(), "\"longrope\"") != NULL, "message: %s", gerbil_last_error());
     check_refused("gemma3-f32", "g-act", g_act, GERBIL_ERR_UNSUPPORTED, "hidden_activation \"relu\"");
     check_refused("gemma3-f32", "g-cap", g_cap, GERBIL_ERR_FORMAT, "final_logit_softcapping");
-    check_refused("gemma3-f32", "g-bidir", g_bidir, GERBIL_ERR_UNSUPPORTED, "use_bidirectional_attention");
+    /* use_bidirectional_attention (EmbeddingGemma) is read now: such a checkpoint loads (tests/test_embed.c
+     * checks its numbers against sentence-transformers) */
+    CHECK(make_variant("gemma3-f32", "g-bidir", g_bidir) == 0);
+    snprintf(dir, sizeof dir, "%s/g-bidir", tmpdir);
+    gerbil_model_t mb = NULL;
+    CHECKF(gerbil_model_load(dir, NULL, &mb) == GERBIL_OK, "g-bidir: %s", gerbil_last_error());
+    gerbil_model_free(mb);
     check_refused("gemma3-f32", "g-rope", g_rope, GERBIL_ERR_FORMAT, "sliding_attention");
     check_refused("gemma3-f32", "g-untied", g_untied, GERBIL_ERR_FORMAT, "missing tensor \"lm_head.weight\"");
     check_refused("gemma3-f32", "g-ffn", g_ffn, GERBIL_ERR_FORMAT, "model.layers.0.mlp.gate_proj.weight");

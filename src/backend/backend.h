@@ -82,7 +82,8 @@ struct gb_state {
  * r * kv_stride + h * head_dim elements of kv_type (GB_TYPE_F16 or F32) from k_cache /
  * v_cache (the layer's rows of pool row 0). Query head h reads kv head h / (n_head /
  * n_head_kv); its scores are (q . k) * scale. window > 0: a query at position i sees keys j
- * with i - j < window. */
+ * with i - j < window. bidirectional: a query sees every key of its segment's sequence,
+ * 0 .. pos0 + n_rows - 1 (window > 0: those with |i - j| < window). */
 struct attn_args {
     const float *q;
     float *out;
@@ -90,6 +91,7 @@ struct attn_args {
     enum gb_type kv_type;
     int kv_stride;
     int n_head, n_head_kv, head_dim, window;
+    int bidirectional;
     float scale;
     const struct gb_seg *segs;
     int n_segs;
@@ -320,6 +322,15 @@ static inline void op_kv_store(struct backend *be, void *cache, enum gb_type kv_
     be->ops->kv_store(be, cache, kv_type, x, kv_row, n, width, stride);
 }
 static inline void op_attention(struct backend *be, const struct attn_args *a) { be->ops->attention(be, a); }
+/* The keys the query at position p of segment s sees: [*lo, *hi]. */
+static inline void attn_key_range(const struct attn_args *a, const struct gb_seg *s, int p, int *lo, int *hi) {
+    *lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    *hi = p;
+    if (a->bidirectional) {
+        *hi = s->pos0 + s->n_rows - 1;
+        if (a->window > 0 && p + a->window - 1 < *hi) *hi = p + a->window - 1;
+    }
+}
 static inline void op_conv1d(struct backend *be, float *y, const float *x, struct gb_state state, const float *w,
                              int C, int K, int silu, const struct gb_seg *segs, int n_segs) {
     be->ops->conv1d(be, y, x, state, w, C, K, silu, segs, n_segs);

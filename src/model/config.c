@@ -28,6 +28,10 @@ static const struct {
     {"Lfm2ForCausalLM", "lfm2", ARCH_LFM2},
     {"Gemma4ForCausalLM", "gemma4_text", ARCH_GEMMA4},
     {"Gemma4ForConditionalGeneration", "gemma4", ARCH_GEMMA4},
+    /* the bare transformers (no lm_head) that sentence-transformers embedding models wrap:
+     * Qwen3-Embedding, EmbeddingGemma */
+    {"Qwen3Model", "qwen3", ARCH_QWEN3},
+    {"Gemma3TextModel", "gemma3_text", ARCH_GEMMA3},
 };
 
 /* Architectures with Gated DeltaNet layers. */
@@ -303,6 +307,9 @@ static gerbil_status read_layer_types(const cJSON *root, const char *path, struc
     for (int i = 0; i < cfg->n_layer; i++) any |= cfg->layer_sliding[i];
     if (any && window == 0)
         return err_set(GERBIL_ERR_FORMAT, "%s: sliding layers configured but sliding_window is not set", path);
+    /* Bidirectional Gemma 3 (Gemma3TextConfig.__post_init__): the window becomes
+     * sliding_window // 2 + 1 and query i sees keys j with |i - j| below it */
+    if (any && cfg->bidirectional) window = window / 2 + 1;
     cfg->sliding_window = any ? window : 0;
     return GERBIL_OK;
 }
@@ -488,9 +495,9 @@ static gerbil_status read_gemma3(const cJSON *root, const char *path, struct mod
     }
     /* attn_logit_softcapping is deliberately not read: transformers' Gemma3Attention never
      * passes it to the attention function (Gemma 2 did), so it changes nothing there. */
-    if (json_get_bool(root, "use_bidirectional_attention", 0))
-        return err_set(GERBIL_ERR_UNSUPPORTED, "%s: use_bidirectional_attention (an embedding model) is not "
-                       "supported", path);
+    /* EmbeddingGemma: every query sees the whole sequence (read_layer_types makes the
+     * window symmetric) */
+    cfg->bidirectional = json_get_bool(root, "use_bidirectional_attention", 0);
     return parse_act(json_get_str(root, "hidden_activation", "gelu_pytorch_tanh"), "hidden_activation", path,
                      &cfg->act);
 }
@@ -634,6 +641,8 @@ static gerbil_status parse_config(const cJSON *top, const char *path, struct mod
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s%s", cls ? cls : model_arch_name(cfg->arch),
              root != top ? " (text)" : "");
     const int g = cfg->arch == ARCH_GEMMA3; /* Gemma3TextConfig has defaults for every size */
+    const size_t cls_len = cls ? strlen(cls) : 0;
+    cfg->no_lm_head = cls_len > 5 && strcmp(cls + cls_len - 5, "Model") == 0; /* Qwen3Model, Gemma3TextModel */
 
     GB_TRY(get_pos_int(root, "vocab_size", g ? 262208 : 0, path, &cfg->n_vocab));
     GB_TRY(get_pos_int(root, "hidden_size", g ? 2304 : 0, path, &cfg->n_embd));

@@ -153,6 +153,9 @@ struct model_config {
     struct mlx_quant mlx;
     int rope_interleaved;      /* rotate pairs (2i, 2i+1): GGUF "llama" checkpoints, whose
                                   q/k rows the converter permuted for it */
+    int no_lm_head;            /* a bare transformer (Qwen3Model, Gemma3TextModel): hidden states only */
+    int bidirectional;         /* attention sees the whole sequence, not only earlier positions
+                                  (use_bidirectional_attention); sliding windows are symmetric */
     int32_t bos_id;            /* -1: none */
     int n_eos;
     int32_t eos_ids[MODEL_MAX_EOS];

@@ -94,7 +94,7 @@ static size_t lay_out_arena(struct gerbil_context *cx, uintptr_t base) {
     TAKE(inv_freq_local, c->has_rope_local ? (cx->rope_dynamic[1] ? B : 1) * (size_t)(c->rope_local.n_dims / 2) : 0, F);
     const size_t out = B < OUT_CHUNK ? B : OUT_CHUNK;
     TAKE(out_x, out * D, F);
-    TAKE(logits, out * (size_t)c->n_vocab, F);
+    TAKE(logits, cx->embeddings ? 0 : out * (size_t)c->n_vocab, F);
     TAKE(out_idx, B, sizeof(int32_t));
     TAKE(taps, (size_t)cx->n_taps * B * D, F);
 #undef TAKE
@@ -208,11 +208,21 @@ gerbil_status gerbil_context_new(gerbil_model_t m, const gerbil_context_params *
         if (p.tap_layers[i] < 0 || p.tap_layers[i] >= c->n_layer)
             return err_set(GERBIL_ERR_INVALID_ARG, "tap layer %d is outside the model's layers [0, %d)",
                            p.tap_layers[i], c->n_layer);
+    if (c->no_lm_head && !p.embeddings)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s has no lm_head: it is an embedding model (gerbil embed), not a "
+                       "text generator", c->arch_name);
+    if (p.attention < GERBIL_ATTENTION_MODEL || p.attention > GERBIL_ATTENTION_BIDIRECTIONAL)
+        return err_set(GERBIL_ERR_INVALID_ARG, "unknown attention type %d", (int)p.attention);
+    if (p.attention == GERBIL_ATTENTION_BIDIRECTIONAL && (any_kind(c, LAYER_DELTANET) || any_kind(c, LAYER_SHORTCONV)))
+        return err_set(GERBIL_ERR_UNSUPPORTED, "bidirectional attention: %s has recurrent layers", c->arch_name);
     const int n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->n_ctx_train < DEFAULT_MAX_CTX ? c->n_ctx_train : DEFAULT_MAX_CTX);
     struct gerbil_context *cx = calloc(1, sizeof *cx);
     if (!cx) return err_set(GERBIL_ERR_NOMEM, "out of memory");
     cx->model = m;
     cx->be = m->be;
+    cx->embeddings = p.embeddings != 0;
+    cx->bidirectional = p.attention == GERBIL_ATTENTION_MODEL ? c->bidirectional
+                                                               : p.attention == GERBIL_ATTENTION_BIDIRECTIONAL;
     cx->n_ctx = n_ctx;
     cx->n_seq_max = p.n_seq_max > 0 ? p.n_seq_max : 1;
     cx->n_batch = p.n_batch > 0 ? p.n_batch : DEFAULT_BATCH;
@@ -488,6 +498,10 @@ static gerbil_status check_batch(struct gerbil_context *cx, const gerbil_batch *
         }
         if (!seq_at(cx, b->seq[i]))
             return err_set(GERBIL_ERR_INVALID_ARG, "row %d: no sequence %d in this context", i, (int)b->seq[i]);
+        if (cx->bidirectional && cx->seqs[b->seq[i]].len > 0)
+            return err_set(GERBIL_ERR_INVALID_ARG, "row %d: sequence %d already holds %d positions; with "
+                           "bidirectional attention a sequence is evaluated in one batch", i, (int)b->seq[i],
+                           cx->seqs[b->seq[i]].len);
         if (b->adapter && b->adapter[i] != 0)
             return err_set(GERBIL_ERR_UNSUPPORTED, "row %d asks for adapter %d: adapters are not supported yet", i,
                            (int)b->adapter[i]);
@@ -616,7 +630,7 @@ static void rope_tables(struct gerbil_context *cx, const struct gb_batch *gb) {
 static gerbil_status grow_outputs(struct gerbil_context *cx, int n_out) {
     if (n_out <= cx->cap_out) return GERBIL_OK;
     const struct model_config *c = &cx->model->cfg;
-    float *lg = malloc((size_t)n_out * c->n_vocab * sizeof(float));
+    float *lg = malloc((size_t)n_out * (cx->embeddings ? c->n_embd : c->n_vocab) * sizeof(float));
     float *hd = cx->n_taps ? malloc((size_t)cx->n_taps * n_out * c->n_embd * sizeof(float)) : NULL;
     if (!lg || (cx->n_taps && !hd)) {
         free(lg);
@@ -650,7 +664,7 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
         pthread_mutex_unlock(&m->lock);
         return st;
     }
-    if (!dest) dest = cx->logits;
+    if (!dest || cx->embeddings) dest = cx->logits;
     const struct fwd f = {.c = cx, .cfg = c, .be = be, .b = &gb, .n = gb.n_rows, .rows = batch_rows(&gb),
                           .n_out = n_out};
     be->ops->batch_begin(be, &gb);
@@ -664,6 +678,13 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
     for (int o0 = 0; o0 < n_out; o0 += OUT_CHUNK) {
         const int k = n_out - o0 < OUT_CHUNK ? n_out - o0 : OUT_CHUNK;
         op_gather_rows(be, cx->a.out_x, cx->a.x, cx->a.out_idx + o0, k, D);
+        if (cx->embeddings) { /* the final norm only: hidden states, in batch order */
+            op_rmsnorm(be, cx->a.out_x, cx->a.out_x, m->out_norm, c->norm_eps, k, D);
+            for (int i = 0; i < k; i++)
+                be->ops->download(be, dest + (size_t)cx->out_user[o0 + i] * D, cx->a.out_x + (size_t)i * D,
+                                  (size_t)D * sizeof(float));
+            continue;
+        }
         int in_order = be->ops->host_memory; /* then lm_head may write the caller's rows itself */
         for (int i = 0; in_order && i < k; i++) in_order = cx->out_user[o0 + i] == cx->out_user[o0] + i;
         if (in_order) {
@@ -691,7 +712,11 @@ gerbil_status gerbil_context_eval(gerbil_context_t cx, const gerbil_batch *b) { 
 int gerbil_context_n_outputs(gerbil_context_t cx) { return cx->n_out; }
 
 const float *gerbil_context_logits(gerbil_context_t cx, int i) {
-    return i >= 0 && i < cx->n_out ? cx->logits + (size_t)i * cx->model->cfg.n_vocab : NULL;
+    return i >= 0 && i < cx->n_out && !cx->embeddings ? cx->logits + (size_t)i * cx->model->cfg.n_vocab : NULL;
+}
+
+const float *gerbil_context_embedding(gerbil_context_t cx, int i) {
+    return i >= 0 && i < cx->n_out && cx->embeddings ? cx->logits + (size_t)i * cx->model->cfg.n_embd : NULL;
 }
 
 const float *gerbil_context_hidden(gerbil_context_t cx, int i, int tap) {

@@ -166,7 +166,9 @@ static gerbil_status bind_all(struct gerbil_model *m, struct binder *b) {
     char name[256];
     snprintf(name, sizeof name, "%s.weight", nm->final_norm);
     GB_TRY(bind_vector(b, name, D, b->norm_add, &m->out_norm));
-    if (c->tie_embeddings) {
+    if (c->no_lm_head) {
+        /* an embedding model: hidden states only (contexts with embeddings = 1) */
+    } else if (c->tie_embeddings) {
         m->lm_head = m->tok_embd;
     } else {
         if (!wsrc_find(&m->src, "lm_head.weight"))
@@ -299,7 +301,7 @@ static void attention_block(const struct fwd *f, int l) {
         .q = a->q, .out = a->att, .k_cache = cx->kv_k[l], .v_cache = cx->kv_v[l],
         .kv_type = cx->kv_type, .kv_stride = cx->kv_stride, .n_head = c->n_head,
         .n_head_kv = nkv, .head_dim = hd,
-        .window = c->layer_sliding[l] ? c->sliding_window : 0,
+        .window = c->layer_sliding[l] ? c->sliding_window : 0, .bidirectional = cx->bidirectional,
         .scale = c->attn_scale != 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd),
         .segs = f->b->segs, .n_segs = f->b->n_segs,
     };

@@ -144,6 +144,8 @@ struct gerbil_context {
     float *freq_host;                 /* (n_batch, half) dynamic RoPE tables */
     float rope_scale[2];              /* [global, local] attention factors (YaRN) */
     int rope_dynamic[2];
+    int embeddings;                   /* outputs: final-normed hidden states in `logits` ([cap_out][n_embd]) */
+    int bidirectional;                /* attention sees the whole sequence */
     /* taps and outputs of the last eval (host) */
     int *tap_layers, n_taps;
     int n_out;

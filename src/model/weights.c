@@ -104,6 +104,7 @@ static int gguf_name(const struct weight_source *s, const char *hf, char *out, s
 void wsrc_detect_prefix(struct weight_source *s) {
     static const struct { const char *model, *head; } layouts[] = {
         {"model.", ""}, {"model.language_model.", ""}, {"language_model.model.", "language_model."},
+        {"", ""}, /* a bare transformer (Qwen3Model, Gemma3TextModel: sentence-transformers' layout) */
     };
     snprintf(s->model_prefix, sizeof s->model_prefix, "model.");
     s->head_prefix[0] = 0;
@@ -114,6 +115,7 @@ void wsrc_detect_prefix(struct weight_source *s) {
         if (st_checkpoint_find(&s->ck, name)) {
             snprintf(s->model_prefix, sizeof s->model_prefix, "%s", layouts[i].model);
             snprintf(s->head_prefix, sizeof s->head_prefix, "%s", layouts[i].head);
+            s->bare = !layouts[i].model[0];
             return;
         }
     }
@@ -122,7 +124,7 @@ void wsrc_detect_prefix(struct weight_source *s) {
 const struct gb_tensor *wsrc_find(const struct weight_source *s, const char *hf_name) {
     if (!s->is_gguf) {
         char name[320];
-        if (!strncmp(hf_name, "model.", 6) && strcmp(s->model_prefix, "model.") && s->model_prefix[0]) {
+        if (!strncmp(hf_name, "model.", 6) && strcmp(s->model_prefix, "model.") && (s->model_prefix[0] || s->bare)) {
             snprintf(name, sizeof name, "%s%s", s->model_prefix, hf_name + 6);
             hf_name = name;
         } else if (!strncmp(hf_name, "lm_head.", 8) && s->head_prefix[0]) {

@@ -20,6 +20,7 @@ struct weight_source {
     /* Multimodal checkpoints nest the language model: "model.X" is stored as
      * model_prefix + "X" and "lm_head.X" as head_prefix + "lm_head.X". */
     char model_prefix[32], head_prefix[32];
+    int bare;             /* model_prefix "": the tensors are named without "model." */
     /* the backend the matrices are bound for: it may rearrange them once (weight_prepare) */
     struct backend *be;
 };

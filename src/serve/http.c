@@ -1487,6 +1487,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     static const struct { const char *path; int post; } routes[] = {
         {"/v1/chat/completions", 1}, {"/chat/completions", 1}, {"/v1/completions", 1}, {"/completions", 1},
         {"/v1/models", 0}, {"/models", 0}, {"/metrics", 0}, {"/tokenize", 1}, {"/detokenize", 1},
+        {"/v1/embeddings", 1}, {"/embeddings", 1},
     };
     int route = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -1501,6 +1502,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         return send_error(srv, conn, 503, NULL, srv->stopping ? "shutting_down" : "loading",
                           srv->stopping ? "The server is shutting down" : "The model is still loading");
     const char *body = cc->body.p ? cc->body.p : "";
+    if (route >= 9) { /* embeddings (embed.c) */
+        char *t = NULL;
+        const int status = srv_embeddings(srv, body, cc->body.n, &t);
+        enum MHD_Result r = send_body(srv, conn, status, "application/json", t ? t : "{}", t ? strlen(t) : 2, NULL);
+        free(t);
+        return r;
+    }
+    if (!srv->s && route != 4 && route != 5 && route != 7 && route != 8) /* an embedding model: no scheduler */
+        return send_error(srv, conn, 400, "model", "model_not_supported",
+                          "model \"%s\" is an embedding model: use /v1/embeddings", srv->cfg.alias);
     switch (route) {
     case 0: case 1: return handle_generate(srv, conn, body, cc->body.n, 1);
     case 2: case 3: return handle_generate(srv, conn, body, cc->body.n, 0);

@@ -2,7 +2,7 @@
  * (one thread per connection, so a stream's reader can wait for its tokens), in front
  * of the scheduler (sched.h).
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+ * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (embed.c), GET /v1/models, GET /health,
  * GET /metrics, POST /tokenize, POST /detokenize, GET / (the chat page). Errors are
  * OpenAI's {"error": {"message", "type", "param", "code"}}. */
 #ifndef GB_SERVE_SERVER_H
@@ -104,6 +104,12 @@ size_t srv_tool_safe_len(enum srv_tool_fmt f, const char *t, size_t n);
  * function's parameters schema. NULL with *why set when a tool definition is malformed. */
 char *srv_tool_grammar(enum srv_tool_fmt f, const struct cJSON *tools, const char *name, int parallel,
                        const char **why);
+
+/* POST /v1/embeddings (embed.c): the HTTP status and its JSON answer (*json malloc'd).
+ * srv_embed_set_dir names the model folder (its modules.json); srv_embed_free at the end. */
+int srv_embeddings(struct server *srv, const char *body, size_t len, char **json);
+void srv_embed_set_dir(const char *dir);
+void srv_embed_free(void);
 
 /* The chat page (page.c, generated at build time from src/serve/page/chat.html). */
 extern const unsigned char gerbil_chat_page[];

@@ -97,6 +97,7 @@ int cmd_list(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_grammar(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 
 /* ---- cmd_grammar.c: constraints from the command line ---- */
 /* A constraint from flag (--schema/--json-schema FILE, --gbnf/--grammar FILE, --regex RE,

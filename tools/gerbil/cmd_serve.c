@@ -160,8 +160,10 @@ int cmd_serve(int argc, char **argv) {
     struct sched_params sp = {.n_parallel = parallel, .n_queue = queue, .n_ctx_seq = n_ctx, .n_kv = (int)n_kv,
                               .n_batch = batch, .chunk = chunk, .prefix_cache = prefix, .kv_type = o.kv_type};
     struct sched *s = NULL;
-    gerbil_status st = sched_new(m, tg.tok, &sp, &s);
-    if (st == GERBIL_OK) st = sched_start(s);
+    srv_embed_set_dir(o.model); /* POST /v1/embeddings (src/serve/embed.c) */
+    const int embed_only = gerbil_model_is_embedding(m); /* no lm_head: /v1/embeddings alone */
+    gerbil_status st = embed_only ? GERBIL_OK : sched_new(m, tg.tok, &sp, &s);
+    if (st == GERBIL_OK && !embed_only) st = sched_start(s);
     if (st != GERBIL_OK) {
         cli_fail("cannot start the scheduler", st);
         sched_free(s);
@@ -184,7 +186,8 @@ int cmd_serve(int argc, char **argv) {
     }
     fprintf(stderr, "gerbil serve: model %s (%s) as \"%s\"; weights %s\n", o.ref ? o.ref : o.model, arch,
             srv.cfg.alias, weights);
-    fprintf(stderr,
+    if (embed_only) fprintf(stderr, "gerbil serve: an embedding model: POST /v1/embeddings\n");
+    else fprintf(stderr,
             "gerbil serve: KV cache %lld positions (%.1f MiB, %s), %d sequences of up to %d positions, prefill "
             "chunk %d, %d rows per step, prefix cache %s, queue %d%s\n",
             n_kv, (double)n_kv * (double)bpt / 1048576.0, o.kv_type == GERBIL_KV_F32 ? "f32" : "f16", parallel, n_ctx,
@@ -199,6 +202,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "gerbil serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     server_stop(&srv);
     sched_free(s);
+    srv_embed_free();
     gerbil_chat_template_free(tg.tmpl);
     gerbil_tokenizer_free(tg.tok);
     gerbil_model_free(m);

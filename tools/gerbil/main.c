@@ -13,6 +13,7 @@ static const struct {
     {"run", cmd_run, "generate text (or ids) from a prompt"},
     {"chat", cmd_chat, "an interactive conversation through the chat template"},
     {"logits", cmd_logits, "print the logits of a prompt as JSON"},
+    {"embed", cmd_embed, "text embeddings (sentence-transformers models) as JSON"},
     {"info", cmd_info, "describe a model: architecture, parameters, dtypes, memory"},
     {"bench", cmd_bench, "measure prompt-processing and generation speed"},
     {"tokenize", cmd_tokenize, "text to token ids, or ids to text, with the model's tokenizer"},

@@ -210,8 +210,7 @@ void attn_item_f16_avx512(const struct attn_args *a, const struct gb_seg *s, int
         int t = t0 + i / group, h = kvh * group + i % group, pos = s->pos0 + t, row = s->row0 + t;
         q[i] = a->q + ((size_t)row * a->n_head + h) * hd;
         o[i] = a->out + ((size_t)row * a->n_head + h) * hd;
-        jhi[i] = pos;
-        jlo[i] = (a->window > 0 && pos - a->window + 1 > 0) ? pos - a->window + 1 : 0;
+        attn_key_range(a, s, pos, &jlo[i], &jhi[i]);
         m[i] = -INFINITY;
         l[i] = 0.0f;
         for (int c = 0; c < nc; c++) _mm512_storeu_ps(o[i] + 16 * c, _mm512_setzero_ps());

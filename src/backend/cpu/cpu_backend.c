@@ -450,12 +450,13 @@ static void attention_worker(void *ctx, int ith, int nth) {
         while (t >= a->segs[si].row0 + a->segs[si].n_rows) si++;
         const struct gb_seg *s = &a->segs[si];
         const int pos = s->pos0 + (t - s->row0);
-        const int j0 = (a->window > 0 && pos - a->window + 1 > 0) ? pos - a->window + 1 : 0;
-        GB_ASSERT((size_t)pos < j->scratch_floats);
+        int j0, j1;
+        attn_key_range(a, s, pos, &j0, &j1);
+        GB_ASSERT((size_t)j1 < j->scratch_floats);
         const float *q = a->q + ((size_t)t * a->n_head + h) * hd;
         float *out = a->out + ((size_t)t * a->n_head + h) * hd;
         float mx = -FLT_MAX;
-        for (int jj = j0; jj <= pos; jj++) {
+        for (int jj = j0; jj <= j1; jj++) {
             size_t off = (size_t)kv_pool_row(s->blocks, jj) * kv_stride + (size_t)kvh * hd;
             float v = a->kv_type == GB_TYPE_F16 ? dot_f32_f16(q, (const uint16_t *)a->k_cache + off, hd)
                                                 : dot_f32(q, (const float *)a->k_cache + off, hd);
@@ -464,10 +465,10 @@ static void attention_worker(void *ctx, int ith, int nth) {
             if (v > mx) mx = v;
         }
         float sum = 0.0f;
-        for (int jj = j0; jj <= pos; jj++) { sc[jj] = expf(sc[jj] - mx); sum += sc[jj]; }
+        for (int jj = j0; jj <= j1; jj++) { sc[jj] = expf(sc[jj] - mx); sum += sc[jj]; }
         const float inv = 1.0f / sum;
         memset(out, 0, (size_t)hd * sizeof(float));
-        for (int jj = j0; jj <= pos; jj++) {
+        for (int jj = j0; jj <= j1; jj++) {
             size_t off = (size_t)kv_pool_row(s->blocks, jj) * kv_stride + (size_t)kvh * hd;
             if (a->kv_type == GB_TYPE_F16) axpy_f16(out, sc[jj] * inv, (const uint16_t *)a->v_cache + off, hd);
             else axpy_f32(out, sc[jj] * inv, (const float *)a->v_cache + off, hd);

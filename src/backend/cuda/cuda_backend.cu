@@ -499,7 +499,7 @@ enum { ATT_T = 128, ATT_MAX_HD = 512 };
 
 template <bool F16>
 __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, const void *kc, const void *vc,
-                                                int kv_stride, int n_head, int group, int hd, int window, float scale,
+                                                int kv_stride, int n_head, int group, int hd, int window, int bidir, float scale,
                                                 const cu_seg *segs, const int32_t *blocks) {
     __shared__ float sq[ATT_MAX_HD], sp[ATT_T], sred[ATT_T / 32];
     __shared__ long srow[ATT_T];
@@ -509,6 +509,8 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
     const int h = blockIdx.x, tid = threadIdx.x;
     const int p = sg.pos0 + i, row = sg.row0 + i;
     const int j0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int j1 = p; /* the last key it sees: p, or with bidirectional attention the segment's last */
+    if (bidir) j1 = window > 0 && p + window - 1 < sg.pos0 + sg.n_rows - 1 ? p + window - 1 : sg.pos0 + sg.n_rows - 1;
     const bool lanes = sg.n_rows >= 16; /* the method by the segment's rows, never by the batch */
     const long kv_off = (long)(h / group) * hd;
     const float *qr = q + ((long)row * n_head + h) * hd;
@@ -518,10 +520,10 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
 #pragma unroll
     for (int u = 0; u < ATT_MAX_HD / ATT_T; u++) acc[u] = 0.0f;
     __syncthreads();
-    for (int t0 = j0; t0 <= p; t0 += ATT_T) {
+    for (int t0 = j0; t0 <= j1; t0 += ATT_T) {
         const int j = t0 + tid, lane = tid & 31, wj = t0 + (tid & ~31);
         float s = -INFINITY;
-        if (!lanes && j <= p) { /* a short segment (decode): each thread its own key's dot */
+        if (!lanes && j <= j1) { /* a short segment (decode): each thread its own key's dot */
             const long base = (((long)bt[j >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (j & (KV_BLOCK - 1))) * kv_stride + kv_off;
             srow[tid] = base;
             float d = 0.0f;
@@ -536,7 +538,7 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
         }
         /* a long segment (prefill): the warp's 32 keys one after another, each dot product
          * across the lanes (coalesced rows); lane kk keeps key wj + kk's score */
-        for (int kk = 0; lanes && kk < 32 && wj + kk <= p; kk++) {
+        for (int kk = 0; lanes && kk < 32 && wj + kk <= j1; kk++) {
             const int jk = wj + kk;
             const long base = (((long)bt[jk >> KV_BLOCK_SHIFT] << KV_BLOCK_SHIFT) | (jk & (KV_BLOCK - 1))) * kv_stride +
                               kv_off;
@@ -562,11 +564,11 @@ __global__ void __launch_bounds__(ATT_T) attn_k(const float *q, float *out, cons
         mx = sred[0];
         for (int w = 1; w < ATT_T / 32; w++) mx = fmaxf(mx, sred[w]);
         const float m_new = fmaxf(m, mx);
-        const float pj = j <= p ? expf(s - m_new) : 0.0f;
+        const float pj = j <= j1 ? expf(s - m_new) : 0.0f;
         sp[tid] = pj;
         const float corr = m == -INFINITY ? 0.0f : expf(m - m_new);
         __syncthreads();
-        const int cnt = min(ATT_T, p - t0 + 1);
+        const int cnt = min(ATT_T, j1 - t0 + 1);
         float psum = 0.0f;
         for (int jj = 0; jj < cnt; jj++) psum += sp[jj];
         l = l * corr + psum;
@@ -609,10 +611,10 @@ void cu_attention(struct backend *be, const struct attn_args *a) {
     const int group = a->n_head / a->n_head_kv;
     if (a->kv_type == GB_TYPE_F16)
         attn_k<true><<<grid, ATT_T, 0, cb->st>>>(a->q, a->out, a->k_cache, a->v_cache, a->kv_stride, a->n_head, group,
-                                                 a->head_dim, a->window, a->scale, ds, blocks);
+                                                 a->head_dim, a->window, a->bidirectional, a->scale, ds, blocks);
     else
         attn_k<false><<<grid, ATT_T, 0, cb->st>>>(a->q, a->out, a->k_cache, a->v_cache, a->kv_stride, a->n_head, group,
-                                                  a->head_dim, a->window, a->scale, ds, blocks);
+                                                  a->head_dim, a->window, a->bidirectional, a->scale, ds, blocks);
     CU_LAUNCHED();
 }
 

@@ -253,26 +253,27 @@ static void ref_attention(struct backend *be, const struct attn_args *a) {
         const struct gb_seg *seg = &a->segs[s];
         for (int i = 0; i < seg->n_rows; i++) {
             const int p = seg->pos0 + i, row = seg->row0 + i;
-            const int j0 = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+            int j0, j1;
+            attn_key_range(a, seg, p, &j0, &j1);
             for (int h = 0; h < a->n_head; h++) {
                 const size_t kv_off = (size_t)(h / group) * hd;
                 const float *q = a->q + ((size_t)row * a->n_head + h) * hd;
                 float *out = a->out + ((size_t)row * a->n_head + h) * hd;
                 double mx = -DBL_MAX, sum = 0.0;
-                for (int j = j0; j <= p; j++) {
+                for (int j = j0; j <= j1; j++) {
                     const size_t off = (size_t)kv_pool_row(seg->blocks, j) * (size_t)a->kv_stride + kv_off;
                     double d = 0.0;
                     for (int c = 0; c < hd; c++) d += (double)q[c] * kv_at(a->k_cache, a->kv_type, off + c);
                     sc[j] = d * a->scale;
                     if (sc[j] > mx) mx = sc[j];
                 }
-                for (int j = j0; j <= p; j++) {
+                for (int j = j0; j <= j1; j++) {
                     sc[j] = exp(sc[j] - mx);
                     sum += sc[j];
                 }
                 for (int c = 0; c < hd; c++) {
                     double acc = 0.0;
-                    for (int j = j0; j <= p; j++) {
+                    for (int j = j0; j <= j1; j++) {
                         const size_t off = (size_t)kv_pool_row(seg->blocks, j) * (size_t)a->kv_stride + kv_off;
                         acc += sc[j] * kv_at(a->v_cache, a->kv_type, off + c);
                     }
