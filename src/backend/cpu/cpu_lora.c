@@ -1,0 +1,70 @@
+/* The CPU backend's LoRA op (backend.h lora): y += scale * B (A x) per segment of rows.
+ * Every row is computed the same way whatever the call (the sums in a fixed order over 8
+ * lanes), so a row's result never depends on its batch; threads split the rows, or, for
+ * fewer rows than threads (decode), each row's outputs (every thread then forms the row's
+ * h = A x itself, the same numbers). */
+#include "backend/cpu/cpu.h"
+#include "base/status.h"
+
+#include <stddef.h>
+
+/* sum_i a[i] b[i] in 8 interleaved partial sums, then those in a fixed tree, then the tail. */
+static float dot8(const float *a, const float *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * b[i];
+    return t;
+}
+
+struct lora_job {
+    float *y;
+    const float *x;
+    int n_in, n_out, row_lo, row_hi, by_rows;
+    const struct lora_seg *segs;
+    int n_segs;
+};
+
+static void lora_rows(const struct lora_job *j, int t_lo, int t_hi, int o_lo, int o_hi) {
+    float h[LORA_MAX_RANK];
+    for (int s = 0; s < j->n_segs; s++) {
+        const struct lora_seg *g = &j->segs[s];
+        const int lo = g->row0 > t_lo ? g->row0 : t_lo;
+        const int hi = g->row0 + g->n_rows < t_hi ? g->row0 + g->n_rows : t_hi;
+        for (int t = lo; t < hi; t++) {
+            const float *xt = j->x + (size_t)t * j->n_in;
+            float *yt = j->y + (size_t)t * j->n_out;
+            for (int r = 0; r < g->rank; r++) h[r] = dot8(g->a + (size_t)r * j->n_in, xt, j->n_in);
+            for (int o = o_lo; o < o_hi; o++) yt[o] += g->scale * dot8(g->b + (size_t)o * g->rank, h, g->rank);
+        }
+    }
+}
+
+static void lora_worker(void *ctx, int ith, int nth) {
+    const struct lora_job *j = ctx;
+    long lo, hi;
+    if (j->by_rows) {
+        tp_range(j->row_hi - j->row_lo, ith, nth, &lo, &hi);
+        lora_rows(j, j->row_lo + (int)lo, j->row_lo + (int)hi, 0, j->n_out);
+    } else {
+        tp_range(j->n_out, ith, nth, &lo, &hi);
+        lora_rows(j, j->row_lo, j->row_hi, (int)lo, (int)hi);
+    }
+}
+
+void cpu_lora(struct backend *be, float *y, const float *x, int n_in, int n_out, const struct lora_seg *segs,
+              int n_segs) {
+    struct cpu_backend *cb = cpu_of(be);
+    if (n_segs <= 0) return;
+    int lo = segs[0].row0, hi = segs[0].row0 + segs[0].n_rows;
+    for (int s = 0; s < n_segs; s++) {
+        GB_ASSERT(segs[s].rank > 0 && segs[s].rank <= LORA_MAX_RANK);
+        if (segs[s].row0 < lo) lo = segs[s].row0;
+        if (segs[s].row0 + segs[s].n_rows > hi) hi = segs[s].row0 + segs[s].n_rows;
+    }
+    struct lora_job j = {.y = y, .x = x, .n_in = n_in, .n_out = n_out, .row_lo = lo, .row_hi = hi,
+                         .by_rows = hi - lo >= tp_n_threads(cb->tp), .segs = segs, .n_segs = n_segs};
+    tp_run(cb->tp, lora_worker, &j);
+}
