@@ -2,7 +2,8 @@
 """Golden fixtures for LoRA adapters (transformers + peft, float32, CPU, eager attention).
 
 Usage:
-    python3 scripts/gen_lora_fixtures.py OUT_DIR [FIXTURES_DIR]
+    python3 scripts/gen_lora_fixtures.py OUT_DIR [FIXTURES_DIR]     # generate (torch, transformers, peft)
+    python3 scripts/gen_lora_fixtures.py --convert [FIXTURES_DIR]   # numpy only: the other layouts (below)
 
 FIXTURES_DIR (default tests/fixtures) holds the base fixtures qwen3-f32, qwen35-f32 and qwen3-mlx4.
 For each float base B in (qwen3, qwen35) it writes OUT_DIR/lora-B/ with
@@ -19,6 +20,13 @@ peft initialises lora_B to zero; here every lora_A and lora_B is overwritten wit
 the adapters change the logits. OUT_DIR/lora-qwen3-mlx4/expected.safetensors: the same for the qwen3-mlx4
 base, with the lora-qwen3 adapters, the reference being peft on the base weights DEQUANTIZED in numpy
 (w = scale * q + bias, scripts/gen_quant_fixtures.py's mlx_dequantize).
+
+--convert writes adapter a of lora-qwen3 and lora-qwen35 again in mlx-lm's layout (a-mlx/: adapters.safetensors
+with <module>.lora_a = A^T [in, r] and .lora_b = B^T [r, out], adapter_config.json with lora_parameters.scale =
+lora_alpha / r, as mlx_lm/tuner/lora.py's LoRALinear computes y + scale * (x @ lora_a) @ lora_b), and, for
+lora-qwen3, in llama.cpp's GGUF adapter layout (a.gguf: general.type adapter, adapter.type lora,
+adapter.lora.alpha, blk.N.<name>.weight.lora_a [r, in] / .lora_b [out, r] in numpy order, as
+convert_lora_to_gguf.py writes them; Qwen3 needs no row permutation). Their expected logits are logits_a.
 """
 
 import json
@@ -156,5 +164,62 @@ def main():
     log("done")
 
 
+GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down"}
+
+
+def convert(fx):
+    import re
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gen_quant_fixtures as gq
+
+    def read_st(path):
+        hdr, base = gq.read_safetensors_header(path)
+        raw = open(path, "rb").read()
+        out = {}
+        for n, v in hdr.items():
+            if n == "__metadata__":
+                continue
+            assert v["dtype"] == "F32", (n, v["dtype"])
+            b, e = v["data_offsets"]
+            out[n] = np.frombuffer(raw[base + b: base + e], "<f4").reshape(v["shape"])
+        return out
+
+    for base, arch in (("qwen3", "qwen3"), ("qwen35", "qwen35")):
+        d = os.path.join(fx, f"lora-{base}")
+        cfg = json.load(open(os.path.join(d, "a", "adapter_config.json")))
+        t = read_st(os.path.join(d, "a", "adapter_model.safetensors"))
+        mods = sorted({n[len("base_model.model."):-len(".lora_A.weight")] for n in t if n.endswith(".lora_A.weight")})
+        mlx, gg = {}, []
+        for m in mods:
+            A = t[f"base_model.model.{m}.lora_A.weight"]
+            B = t[f"base_model.model.{m}.lora_B.weight"]
+            mlx[m + ".lora_a"] = gq.st_tensor(np.ascontiguousarray(A.T), "float32")
+            mlx[m + ".lora_b"] = gq.st_tensor(np.ascontiguousarray(B.T), "float32")
+            mm = re.match(r"model\.layers\.(\d+)\.(.*)$", m)
+            if mm and mm.group(2) in GGUF_NAMES:
+                g = f"blk.{mm.group(1)}.{GGUF_NAMES[mm.group(2)]}.weight"
+                gg.append((g + ".lora_a", "f32", A.shape, np.frombuffer(A.astype("<f4").tobytes(), np.uint8)))
+                gg.append((g + ".lora_b", "f32", B.shape, np.frombuffer(B.astype("<f4").tobytes(), np.uint8)))
+        od = os.path.join(d, "a-mlx")
+        os.makedirs(od, exist_ok=True)
+        gq.write_safetensors(os.path.join(od, "adapters.safetensors"), mlx)
+        keys = sorted({m.split(".layers.")[1].split(".", 1)[1] for m in mods})
+        json.dump({"fine_tune_type": "lora", "num_layers": -1,
+                   "lora_parameters": {"rank": cfg["r"], "scale": cfg["lora_alpha"] / cfg["r"], "dropout": 0.0,
+                                       "keys": keys}}, open(os.path.join(od, "adapter_config.json"), "w"), indent=1)
+        log(f"  {od}: {len(mods)} modules")
+        if base == "qwen3":
+            kvs = [("general.architecture", "str", arch), ("general.type", "str", "adapter"),
+                   ("adapter.type", "str", "lora"), ("adapter.lora.alpha", "f32", float(cfg["lora_alpha"]))]
+            n = gq.gguf_write(os.path.join(d, "a.gguf"), kvs, gg)
+            log(f"  {d}/a.gguf: {len(gg) // 2} modules, {n} bytes")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--convert":
+        convert(sys.argv[2] if len(sys.argv) > 2 else
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
+    else:
+        main()

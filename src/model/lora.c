@@ -289,6 +289,12 @@ static gerbil_status load_peft(const char *dir, struct pieces *ps) {
                      "modules", path, cJSON_IsString(m0) ? m0->valuestring : "?");
     } else if (strcmp(bias, "none")) {
         st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: bias \"%s\" is not supported (LoRA without biases is)", path, bias);
+    } else if (json_get_bool(cfg, "lora_bias", 0)) {
+        st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: lora_bias (a bias on lora_B) is not supported", path);
+    } else if (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(cfg, "target_parameters")) &&
+               cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cfg, "target_parameters")) > 0) {
+        st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: target_parameters (LoRA on nn.Parameter, e.g. MoE expert "
+                     "tensors) is not supported", path);
     } else if (json_get_bool(cfg, "fan_in_fan_out", 0)) {
         st = err_set(GERBIL_ERR_UNSUPPORTED, "%s: fan_in_fan_out (Conv1D bases) is not supported", path);
     } else if (r <= 0 || !(alpha == alpha)) {

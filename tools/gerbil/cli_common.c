@@ -334,7 +334,7 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
         return 1;
     }
     if (o->n_lora && !o->lora_ok) {
-        fprintf(stderr, "gerbil: --lora is not supported by this command yet\n");
+        fprintf(stderr, "gerbil: --lora: this command does not apply adapters yet (run, chat, logits and bench do)\n");
         gerbil_model_free(*m);
         *m = NULL;
         return 1;
