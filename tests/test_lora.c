@@ -40,10 +40,10 @@ static void test_op(void) {
         }
         /* rows 0-2 rank 3, 3-5 rank 7, 1-4 rank 5 on top, row 10 rank 1; 6-9 none */
         const struct lora_seg segs[4] = {
-            {.row0 = 0, .n_rows = 3, .rank = 3, .scale = 2.0f, .a = a[0], .b = b[0]},
-            {.row0 = 3, .n_rows = 3, .rank = 7, .scale = 0.5f, .a = a[1], .b = b[1]},
-            {.row0 = 1, .n_rows = 4, .rank = 5, .scale = -1.25f, .a = a[2], .b = b[2]},
-            {.row0 = 10, .n_rows = 1, .rank = 1, .scale = 1.0f, .a = a[3], .b = b[3]},
+            {.row0 = 0, .n_rows = 3, .rank = 3, .scale = 2.0f, .a = a[0], .bt = b[0]},
+            {.row0 = 3, .n_rows = 3, .rank = 7, .scale = 0.5f, .a = a[1], .bt = b[1]},
+            {.row0 = 1, .n_rows = 4, .rank = 5, .scale = -1.25f, .a = a[2], .bt = b[2]},
+            {.row0 = 10, .n_rows = 1, .rank = 1, .scale = 1.0f, .a = a[3], .bt = b[3]},
         };
         float *x = malloc(sizeof(float) * (size_t)rows * n_in);
         float *y0 = malloc(sizeof(float) * (size_t)rows * n_out), *yc = malloc(sizeof(float) * (size_t)rows * n_out),

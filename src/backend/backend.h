@@ -133,14 +133,15 @@ struct gb_reserve {
 };
 
 /* One segment of a LoRA op: the rows row0 .. row0 + n_rows - 1 of the call get
- *   y[t][:] += scale * (B (A x[t]))       A [rank][n_in], B [n_out][rank], f32 (backend memory)
- * h = A x[t] first (rank sums over n_in in index order), then each output's sum over rank in
- * index order, times scale, added to y. */
+ *   y[t][:] += scale * (B (A x[t]))       A [rank][n_in], bt = B^T [rank][n_out], f32 (backend memory)
+ * h = A x[t] first (rank sums over n_in), then each output's sum over rank in rank order,
+ * times scale, added to y. B is kept transposed (mlx-lm's lora_b layout) so the second step
+ * runs along the outputs. */
 enum { LORA_MAX_RANK = 1024 };
 struct lora_seg {
     int row0, n_rows, rank;
     float scale;
-    const float *a, *b;
+    const float *a, *bt;
 };
 
 struct backend;

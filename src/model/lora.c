@@ -36,7 +36,7 @@
 struct lora_mat {
     int rank, n_in, n_out;
     float scale;
-    float *a, *b; /* backend memory: [rank][n_in], [n_out][rank] */
+    float *a, *bt; /* backend memory: A [rank][n_in], B^T [rank][n_out] */
 };
 
 struct lora_adapter {
@@ -541,9 +541,19 @@ static gerbil_status adapter_make(struct gerbil_model *m, const char *path, int 
         struct lora_mat *mt = &a->mats[(size_t)p->layer * LT_COUNT + p->t];
         const size_t na = (size_t)p->rank * p->n_in, nb = (size_t)p->n_out * p->rank;
         *mt = (struct lora_mat){.rank = p->rank, .n_in = p->n_in, .n_out = p->n_out, .scale = p->scale, .a = dst,
-                                .b = dst + na};
+                                .bt = dst + na};
+        float *bt = malloc(nb * sizeof *bt);
+        if (!bt) {
+            m->be->ops->buf_free(m->be, a->mem, a->bytes);
+            free(a->mats);
+            free(a);
+            return err_set(GERBIL_ERR_NOMEM, "out of memory");
+        }
+        for (int o = 0; o < p->n_out; o++)
+            for (int r = 0; r < p->rank; r++) bt[(size_t)r * p->n_out + o] = p->b[(size_t)o * p->rank + r];
         m->be->ops->upload(m->be, mt->a, p->a, na * sizeof(float));
-        m->be->ops->upload(m->be, mt->b, p->b, nb * sizeof(float));
+        m->be->ops->upload(m->be, mt->bt, bt, nb * sizeof(float));
+        free(bt);
         dst += na + nb;
     }
     m->be->ops->sync(m->be);
@@ -693,7 +703,7 @@ void lora_apply(const struct fwd *f, int layer, enum lora_target t, float *y, co
             n_in = mt->n_in;
             n_out = mt->n_out;
             segs[ns++] = (struct lora_seg){.row0 = run->row0, .n_rows = run->n_rows, .rank = mt->rank,
-                                           .scale = mt->scale * s->scale[k], .a = mt->a, .b = mt->b};
+                                           .scale = mt->scale * s->scale[k], .a = mt->a, .bt = mt->bt};
         }
     }
     op_lora(f->be, y, x, n_in, n_out, segs, ns);

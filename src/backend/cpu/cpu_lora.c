@@ -1,15 +1,23 @@
 /* The CPU backend's LoRA op (backend.h lora): y += scale * B (A x) per segment of rows.
- * Every row is computed the same way whatever the call (the sums in a fixed order over 8
- * lanes), so a row's result never depends on its batch; threads split the rows, or, for
- * fewer rows than threads (decode), each row's outputs (every thread then forms the row's
- * h = A x itself, the same numbers). */
+ * Every row is computed the same way whatever the call (h = A x by fixed-order dot
+ * products; B h along the outputs, each output summed over the rank in rank order, in
+ * blocks of outputs that do not change any sum), so a row's result never depends on its
+ * batch. Threads split the rows, or, for fewer rows than threads (decode), each row's
+ * outputs (every thread then forms the row's h itself, the same numbers). AVX2/FMA inner
+ * loops (cpu_lora_avx2.c) where the CPU has them. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
 #include "base/status.h"
 
 #include <stddef.h>
+#include <string.h>
 
-/* sum_i a[i] b[i] in 8 interleaved partial sums, then those in a fixed tree, then the tail. */
-static float dot8(const float *a, const float *b, int n) {
+#ifdef GERBIL_HAVE_X86
+float lora_dot_avx2(const float *a, const float *x, int n);
+void lora_axpy_avx2(float *z, float h, const float *b, int n);
+#endif
+
+static float dot_ref(const float *a, const float *b, int n) {
     float s[8] = {0};
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -19,16 +27,30 @@ static float dot8(const float *a, const float *b, int n) {
     return t;
 }
 
+static void axpy_ref(float *z, float h, const float *b, int n) {
+    for (int i = 0; i < n; i++) z[i] += h * b[i];
+}
+
+enum { OUT_BLOCK = 512 };
+
 struct lora_job {
     float *y;
     const float *x;
-    int n_in, n_out, row_lo, row_hi, by_rows;
+    int n_in, n_out, row_lo, row_hi, by_rows, avx2;
     const struct lora_seg *segs;
     int n_segs;
 };
 
 static void lora_rows(const struct lora_job *j, int t_lo, int t_hi, int o_lo, int o_hi) {
-    float h[LORA_MAX_RANK];
+    float h[LORA_MAX_RANK], z[OUT_BLOCK];
+    float (*dot)(const float *, const float *, int) = dot_ref;
+    void (*axpy)(float *, float, const float *, int) = axpy_ref;
+#ifdef GERBIL_HAVE_X86
+    if (j->avx2) {
+        dot = lora_dot_avx2;
+        axpy = lora_axpy_avx2;
+    }
+#endif
     for (int s = 0; s < j->n_segs; s++) {
         const struct lora_seg *g = &j->segs[s];
         const int lo = g->row0 > t_lo ? g->row0 : t_lo;
@@ -36,8 +58,13 @@ static void lora_rows(const struct lora_job *j, int t_lo, int t_hi, int o_lo, in
         for (int t = lo; t < hi; t++) {
             const float *xt = j->x + (size_t)t * j->n_in;
             float *yt = j->y + (size_t)t * j->n_out;
-            for (int r = 0; r < g->rank; r++) h[r] = dot8(g->a + (size_t)r * j->n_in, xt, j->n_in);
-            for (int o = o_lo; o < o_hi; o++) yt[o] += g->scale * dot8(g->b + (size_t)o * g->rank, h, g->rank);
+            for (int r = 0; r < g->rank; r++) h[r] = dot(g->a + (size_t)r * j->n_in, xt, j->n_in);
+            for (int o0 = o_lo; o0 < o_hi; o0 += OUT_BLOCK) {
+                const int nb = o_hi - o0 < OUT_BLOCK ? o_hi - o0 : OUT_BLOCK;
+                memset(z, 0, (size_t)nb * sizeof *z);
+                for (int r = 0; r < g->rank; r++) axpy(z, h[r], g->bt + (size_t)r * j->n_out + o0, nb);
+                for (int o = 0; o < nb; o++) yt[o0 + o] += g->scale * z[o];
+            }
         }
     }
 }
@@ -65,6 +92,7 @@ void cpu_lora(struct backend *be, float *y, const float *x, int n_in, int n_out,
         if (segs[s].row0 + segs[s].n_rows > hi) hi = segs[s].row0 + segs[s].n_rows;
     }
     struct lora_job j = {.y = y, .x = x, .n_in = n_in, .n_out = n_out, .row_lo = lo, .row_hi = hi,
-                         .by_rows = hi - lo >= tp_n_threads(cb->tp), .segs = segs, .n_segs = n_segs};
+                         .by_rows = hi - lo >= tp_n_threads(cb->tp), .avx2 = cpu_has_avx2(), .segs = segs,
+                         .n_segs = n_segs};
     tp_run(cb->tp, lora_worker, &j);
 }

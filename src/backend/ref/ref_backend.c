@@ -438,7 +438,7 @@ static void ref_lora(struct backend *be, float *y, const float *x, int n_in, int
             }
             for (int o = 0; o < n_out; o++) {
                 double acc = 0;
-                for (int r = 0; r < g->rank; r++) acc += (double)g->b[(size_t)o * g->rank + r] * h[r];
+                for (int r = 0; r < g->rank; r++) acc += (double)g->bt[(size_t)r * n_out + o] * h[r];
                 yt[o] += (float)(acc * g->scale);
             }
         }
