@@ -2,8 +2,8 @@
  * Every row is computed the same way whatever the call (h = A x by fixed-order dot
  * products; B h along the outputs, each output summed over the rank in rank order, in
  * blocks of outputs that do not change any sum), so a row's result never depends on its
- * batch. Threads split the rows, or, for fewer rows than threads (decode), each row's
- * outputs (every thread then forms the row's h itself, the same numbers). AVX2/FMA inner
+ * batch. Threads split the rows, or, for fewer rows than threads, each row's outputs (every
+ * thread then forms the row's h itself, the same numbers); small calls run on the caller. AVX2/FMA inner
  * loops (cpu_lora_avx2.c) where the CPU has them. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
@@ -94,5 +94,14 @@ void cpu_lora(struct backend *be, float *y, const float *x, int n_in, int n_out,
     struct lora_job j = {.y = y, .x = x, .n_in = n_in, .n_out = n_out, .row_lo = lo, .row_hi = hi,
                          .by_rows = hi - lo >= tp_n_threads(cb->tp), .avx2 = cpu_has_avx2(), .segs = segs,
                          .n_segs = n_segs};
+    /* small calls (decode rows: rank x (n_in + n_out) multiply-adds a row) run on the calling
+     * thread: waking the pool costs more than they do (the same numbers either way) */
+    long work = 0;
+    for (int s = 0; s < n_segs; s++) work += (long)segs[s].n_rows * segs[s].rank * (n_in + n_out);
+    if (work < (1L << 20)) {
+        j.by_rows = 1;
+        lora_worker(&j, 0, 1);
+        return;
+    }
     tp_run(cb->tp, lora_worker, &j);
 }
