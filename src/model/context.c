@@ -470,7 +470,6 @@ static gerbil_status check_batch(struct gerbil_context *cx, const gerbil_batch *
         }
         if (!seq_at(cx, b->seq[i]))
             return err_set(GERBIL_ERR_INVALID_ARG, "row %d: no sequence %d in this context", i, (int)b->seq[i]);
-        if (b->adapter && b->adapter[i] != 0) GB_TRY(lora_check_id(cx->model, i, b->adapter[i]));
     }
     return GERBIL_OK;
 }

@@ -649,7 +649,10 @@ gerbil_status lora_plan(struct gerbil_context *cx, const gerbil_batch *ub, const
     *out = NULL;
     if (!ub->adapter) return GERBIL_OK;
     int any = 0;
-    for (int i = 0; i < n && !any; i++) any = ub->adapter[i] != 0;
+    for (int i = 0; i < n; i++) { /* under the model's lock: adapters may come and go on other threads */
+        any |= ub->adapter[i] != 0;
+        GB_TRY(lora_check_id(cx->model, i, ub->adapter[i]));
+    }
     if (!any) return GERBIL_OK;
     struct lora_fwd *lf = cx->lora;
     if (!lf || lf->cap < n) {

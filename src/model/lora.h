@@ -36,7 +36,8 @@ void lora_registry_free(struct gerbil_model *m);
 /* GERBIL_ERR_INVALID_ARG naming the row when an id is not a loaded adapter. */
 gerbil_status lora_check_id(struct gerbil_model *m, int row, int32_t id);
 /* The runs of this batch (row_user[t]: the caller's row of internal row t); *out = NULL
- * when no row has an adapter. */
+ * when no row has an adapter. Called with the model's lock held; GERBIL_ERR_INVALID_ARG
+ * for an id that is not loaded. */
 gerbil_status lora_plan(struct gerbil_context *cx, const gerbil_batch *ub, const int32_t *row_user, int n,
                         const struct lora_fwd **out);
 /* y ([rows][n_out]) += each row's adapters' B (A x) for target t of layer l, x the linear's input. */

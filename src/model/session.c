@@ -48,7 +48,10 @@ void gerbil_session_free(gerbil_session_t s) {
 }
 
 gerbil_status gerbil_session_set_adapter(gerbil_session_t s, int32_t id) {
-    GB_TRY(lora_check_id(s->model, 0, id));
+    pthread_mutex_lock(&s->model->lock);
+    gerbil_status st = lora_check_id(s->model, 0, id);
+    pthread_mutex_unlock(&s->model->lock);
+    GB_TRY(st);
     if (!s->adapters && !(s->adapters = malloc((size_t)s->ctx->n_batch * sizeof *s->adapters)))
         return err_set(GERBIL_ERR_NOMEM, "out of memory");
     for (int i = 0; i < s->ctx->n_batch; i++) s->adapters[i] = id;

@@ -167,9 +167,14 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
                 fprintf(stderr, "gerbil: --lora: \"%s\": expected PATH or PATH:SCALE (SCALE a number)\n", v);
                 return -1;
             }
-            char *p = strndup(v, (size_t)(colon - v));
-            if (!p) return -1;
-            v = p; /* lives as long as the process */
+            static char paths[8][4096]; /* the PATH parts, for as long as the process runs */
+            if ((size_t)(colon - v) >= sizeof paths[0]) {
+                fprintf(stderr, "gerbil: --lora: path too long\n");
+                return -1;
+            }
+            memcpy(paths[o->n_lora], v, (size_t)(colon - v));
+            paths[o->n_lora][colon - v] = 0;
+            v = paths[o->n_lora];
         }
         o->lora[o->n_lora] = v;
         o->lora_scale[o->n_lora++] = sc;
