@@ -140,7 +140,8 @@ typedef struct gerbil_batch {
     const int32_t *pos;      /* [n_rows] RoPE positions, or NULL: each row's place in its sequence */
     const int8_t *logits;    /* [n_rows] 1: this row's logits (and taps) are wanted; NULL: the last
                                 row of each sequence */
-    const int32_t *adapter;  /* [n_rows] adapter ids; reserved for LoRA: NULL or all 0 */
+    const int32_t *adapter;  /* [n_rows] LoRA adapter ids (gerbil_adapter_load; 0: the bare base), or NULL: all 0.
+                                Rows of one batch may use different adapters (of different ranks). */
 } gerbil_batch;
 
 gerbil_context_params gerbil_context_default_params(void);
@@ -213,6 +214,20 @@ gerbil_status gerbil_seq_attach(gerbil_context_t ctx, int32_t seq, const int32_t
 size_t gerbil_context_state_bytes(gerbil_context_t ctx);
 gerbil_status gerbil_seq_state_save(gerbil_context_t ctx, int32_t seq, void *dst);
 
+/* ---- LoRA adapters ----
+ * An adapter is loaded onto a model (its base weights untouched, any format) and named by
+ * an id > 0; id 0 is the bare base. path: a PEFT folder (adapter_config.json +
+ * adapter_model.safetensors), an mlx-lm folder (adapters.safetensors + adapter_config.json)
+ * or a llama.cpp GGUF adapter (.gguf). scale multiplies the adapter's own scale (1: as
+ * trained). The adapters' linears are applied per row: gerbil_batch.adapter, or
+ * gerbil_session_set_adapter. GERBIL_ERR_UNSUPPORTED names what is not supported (DoRA,
+ * modules_to_save, a target gerbil does not adapt, a backend without LoRA). */
+gerbil_status gerbil_adapter_load(gerbil_model_t model, const char *path, float scale, int32_t *id);
+/* A new id applying the adapters of ids[0 .. n) together (their updates summed, in that order). */
+gerbil_status gerbil_adapter_stack(gerbil_model_t model, const int32_t *ids, int n, int32_t *id);
+/* Unload (ids stacked from it keep their own reference). No eval may use id afterwards. */
+gerbil_status gerbil_adapter_free(gerbil_model_t model, int32_t id);
+
 gerbil_status gerbil_session_new(gerbil_model_t model, const gerbil_session_params *params,
                                  gerbil_session_t *out);
 void gerbil_session_free(gerbil_session_t s);
@@ -229,6 +244,8 @@ void gerbil_session_truncate(gerbil_session_t s, int n);
  * of a sequence, e.g. a shared prompt. Same model and kv type; dst needs room. */
 gerbil_status gerbil_session_copy(gerbil_session_t dst, gerbil_session_t src);
 int gerbil_session_n_past(gerbil_session_t s);
+/* The adapter the session's evals use from now on (0: the bare base). */
+gerbil_status gerbil_session_set_adapter(gerbil_session_t s, int32_t id);
 int gerbil_session_n_ctx(gerbil_session_t s);
 
 /* Run ids[0..n) at the next positions. If logits != NULL it receives the logits:

@@ -134,6 +134,18 @@ struct gb_reserve {
     int delta_dk, delta_dv; /* head sizes of delta_rule (0: none) */
 };
 
+/* One segment of a LoRA op: the rows row0 .. row0 + n_rows - 1 of the call get
+ *   y[t][:] += scale * (B (A x[t]))       A [rank][n_in], bt = B^T [rank][n_out], f32 (backend memory)
+ * h = A x[t] first (rank sums over n_in), then each output's sum over rank in rank order,
+ * times scale, added to y. B is kept transposed (mlx-lm's lora_b layout) so the second step
+ * runs along the outputs. */
+enum { LORA_MAX_RANK = 1024 };
+struct lora_seg {
+    int row0, n_rows, rank;
+    float scale;
+    const float *a, *bt;
+};
+
 struct backend;
 
 struct backend_ops {
@@ -237,6 +249,14 @@ struct backend_ops {
      * id (equal ids in slot order), each term y * w. */
     void (*moe_combine)(struct backend *be, float *out, const float *y, const int32_t *ids, const float *wsel, int n,
                         int k, int width);
+
+    /* LoRA after a linear (y: [rows][n_out], x: [rows][n_in] of the same call): the segments
+     * (host memory, rank <= LORA_MAX_RANK) in list order, each as lora_seg says; rows of no
+     * segment are left alone, several segments over one row add up in list order. A row's
+     * result depends on its own x and its segments only (batch invariance). NULL: the backend
+     * has no LoRA (adapters are refused at load). */
+    void (*lora)(struct backend *be, float *y, const float *x, int n_in, int n_out, const struct lora_seg *segs,
+                 int n_segs);
 
     /* ---- loading, continued ---- */
     /* The first failure of weight_prepare so far (a format the backend has no kernel for, a
@@ -347,6 +367,11 @@ static inline void op_moe_route(struct backend *be, int32_t *ids, float *wsel, f
 static inline void op_moe_combine(struct backend *be, float *out, const float *y, const int32_t *ids,
                                   const float *wsel, int n, int k, int width) {
     be->ops->moe_combine(be, out, y, ids, wsel, n, k, width);
+}
+
+static inline void op_lora(struct backend *be, float *y, const float *x, int n_in, int n_out,
+                           const struct lora_seg *segs, int n_segs) {
+    if (n_segs > 0) be->ops->lora(be, y, x, n_in, n_out, segs, n_segs);
 }
 
 #endif

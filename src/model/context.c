@@ -281,6 +281,7 @@ void gerbil_context_free(gerbil_context_t cx) {
     free(cx->segs); free(cx->span); free(cx->seg_of); free(cx->tok); free(cx->kv_row); free(cx->pos);
     free(cx->row_user); free(cx->row_rank); free(cx->out_span); free(cx->out_user); free(cx->out_idx_host);
     free(cx->seg_seq); free(cx->seg_n); free(cx->seg_outs); free(cx->seg_sorted);
+    if (cx->lora) { free(cx->lora->runs); free(cx->lora->segs); free(cx->lora); }
     free(cx->seq_rows); free(cx->seq_seg); free(cx->freq_host);
     free(cx->tap_layers); free(cx->logits); free(cx->hidden);
     free(cx);
@@ -502,9 +503,6 @@ static gerbil_status check_batch(struct gerbil_context *cx, const gerbil_batch *
             return err_set(GERBIL_ERR_INVALID_ARG, "row %d: sequence %d already holds %d positions; with "
                            "bidirectional attention a sequence is evaluated in one batch", i, (int)b->seq[i],
                            cx->seqs[b->seq[i]].len);
-        if (b->adapter && b->adapter[i] != 0)
-            return err_set(GERBIL_ERR_UNSUPPORTED, "row %d asks for adapter %d: adapters are not supported yet", i,
-                           (int)b->adapter[i]);
     }
     return GERBIL_OK;
 }
@@ -655,6 +653,12 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
     struct gb_batch gb;
     int n_out = 0;
     gerbil_status st = plan_batch(cx, ub, &gb, &n_out);
+    const struct lora_fwd *lora = NULL;
+    if (st == GERBIL_OK && (st = lora_plan(cx, ub, cx->row_user, gb.n_rows, &lora)) != GERBIL_OK)
+        for (int r = 0; r < gb.n_segs; r++) { /* give back the blocks the rows took */
+            struct ctx_seq *s = &cx->seqs[gb.segs[r].state];
+            kvb_truncate(&cx->blocks, &s->kv, s->len);
+        }
     if (st == GERBIL_OK && !dest && (st = grow_outputs(cx, n_out)) != GERBIL_OK)
         for (int r = 0; r < gb.n_segs; r++) { /* give back the blocks the rows took */
             struct ctx_seq *s = &cx->seqs[gb.segs[r].state];
@@ -666,7 +670,7 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
     }
     if (!dest || cx->embeddings) dest = cx->logits;
     const struct fwd f = {.c = cx, .cfg = c, .be = be, .b = &gb, .n = gb.n_rows, .rows = batch_rows(&gb),
-                          .n_out = n_out};
+                          .n_out = n_out, .lora = lora};
     be->ops->batch_begin(be, &gb);
     rope_tables(cx, &gb);
     if (n_out) be->ops->upload(be, cx->a.out_idx, cx->out_idx_host, (size_t)n_out * sizeof(int32_t));

@@ -66,7 +66,7 @@ gerbil_status deltanet_bind(struct binder *b, int l, struct layer_weights *w) {
  * where the unfused projections put them: q_g, k_g, v_g into dn_in ([q | k | v]), z_g
  * into dn_z, b_g into dn_beta and a_g into dn_g (value heads g * r .. g * r + r - 1).
  * GGUF conversions keep only in_proj_ba fused (qkvz is stored as attn_qkv + attn_gate). */
-static void fused_projections(const struct fwd *f, const struct layer_weights *w) {
+static void fused_projections(const struct fwd *f, const struct layer_weights *w, int l) {
     const struct deltanet_config *d = &f->cfg->dn;
     const struct act_bufs *a = &f->c->a;
     struct backend *be = f->be;
@@ -83,6 +83,8 @@ static void fused_projections(const struct fwd *f, const struct layer_weights *w
     } else {
         op_matmul(be, a->dn_in, a->xn, &w->w_qkv, NULL, f->rows);
         op_matmul(be, a->dn_z, a->xn, &w->w_z, NULL, f->rows);
+        lora_apply(f, l, LT_DN_QKV, a->dn_in, a->xn);
+        lora_apply(f, l, LT_DN_Z, a->dn_z, a->xn);
     }
     if (fused & FUSED_BA) {
         op_matmul(be, a->dn_ba, a->xn, &w->w_ba, NULL, f->rows);
@@ -91,6 +93,8 @@ static void fused_projections(const struct fwd *f, const struct layer_weights *w
     } else {
         op_matmul(be, a->dn_beta, a->xn, &w->w_b, NULL, f->rows);
         op_matmul(be, a->dn_g, a->xn, &w->w_a, NULL, f->rows);
+        lora_apply(f, l, LT_DN_B, a->dn_beta, a->xn);
+        lora_apply(f, l, LT_DN_A, a->dn_g, a->xn);
     }
 }
 
@@ -104,12 +108,16 @@ void deltanet_forward(const struct fwd *f, int l) {
     const int n = f->n, C = conv_dim(d), NV = d->n_v_heads, key_dim = d->n_k_heads * d->k_dim;
 
     if (d->fused_proj) {
-        fused_projections(f, w);
+        fused_projections(f, w, l);
     } else {
         op_matmul(be, a->dn_in, a->xn, &w->w_qkv, NULL, f->rows);      /* [q | k | v] before the conv */
         op_matmul(be, a->dn_z, a->xn, &w->w_z, NULL, f->rows);         /* output gate */
         op_matmul(be, a->dn_beta, a->xn, &w->w_b, NULL, f->rows);
         op_matmul(be, a->dn_g, a->xn, &w->w_a, NULL, f->rows);
+        lora_apply(f, l, LT_DN_QKV, a->dn_in, a->xn);                  /* + LoRA, per row's adapter */
+        lora_apply(f, l, LT_DN_Z, a->dn_z, a->xn);
+        lora_apply(f, l, LT_DN_B, a->dn_beta, a->xn);
+        lora_apply(f, l, LT_DN_A, a->dn_g, a->xn);
     }
     op_conv1d(be, a->dn_conv, a->dn_in, ctx_state(cx, cx->conv_off[l]), w->conv_w, C, d->conv_kernel, 1,
               f->b->segs, f->b->n_segs);
@@ -125,4 +133,5 @@ void deltanet_forward(const struct fwd *f, int l) {
     op_delta_rule(be, &da);
     op_rmsnorm_gated(be, a->dn_out, a->dn_out, a->dn_z, w->dn_norm, c->norm_eps, n * NV, d->v_dim);
     op_matmul(be, a->xn, a->dn_out, &w->w_out, NULL, f->rows);         /* xn = out W_out^T */
+    lora_apply(f, l, LT_DN_OUT, a->xn, a->dn_out);
 }

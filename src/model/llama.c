@@ -262,23 +262,32 @@ static void attention_block(const struct fwd *f, int l) {
 
     if (c->attn_out_gate) {                                          /* Qwen3.5: [q | gate] per head */
         op_matmul(be, a->qg, a->xn, &w->wq, w->bq, f->rows);
+        lora_apply(f, l, LT_Q, a->qg, a->xn);                        /* LoRA on q_proj: [q | gate] */
         op_copy_strided(be, a->q, Q, hd, a->qg, 2 * Q, 2 * hd, n, c->n_head, hd);
         op_copy_strided(be, a->gate, Q, hd, a->qg + hd, 2 * Q, 2 * hd, n, c->n_head, hd);
         op_matmul(be, a->k, a->xn, &w->wk, w->bk, f->rows);          /* k = xn Wk^T */
         op_matmul(be, a->v, a->xn, &w->wv, w->bv, f->rows);          /* v = xn Wv^T */
+        lora_apply(f, l, LT_K, a->k, a->xn);
+        lora_apply(f, l, LT_V, a->v, a->xn);
     } else if (shared) {                                             /* Gemma 4: q only */
         op_matmul(be, a->q, a->xn, &w->wq, w->bq, f->rows);
+        lora_apply(f, l, LT_Q, a->q, a->xn);
     } else if (!w->wv.data) {                                        /* Gemma 4 attention_k_eq_v: v = k */
         float *const ys[2] = {a->q, a->k};
         const struct gb_weight *const ws[2] = {&w->wq, &w->wk};
         const float *const bs[2] = {w->bq, w->bk};
         op_matmul_multi(be, 2, ys, a->xn, ws, bs, f->rows);
+        lora_apply(f, l, LT_Q, a->q, a->xn);
+        lora_apply(f, l, LT_K, a->k, a->xn);                         /* v is k_proj's output, adapter included */
         op_copy_strided(be, a->v, KV, 0, a->k, KV, 0, n, 1, KV);
     } else {                                                         /* q, k, v = xn W^T */
         float *const ys[3] = {a->q, a->k, a->v};
         const struct gb_weight *const ws[3] = {&w->wq, &w->wk, &w->wv};
         const float *const bs[3] = {w->bq, w->bk, w->bv};
         op_matmul_multi(be, 3, ys, a->xn, ws, bs, f->rows);
+        lora_apply(f, l, LT_Q, a->q, a->xn);                         /* + LoRA, per row's adapter */
+        lora_apply(f, l, LT_K, a->k, a->xn);
+        lora_apply(f, l, LT_V, a->v, a->xn);
     }
     if (w->q_norm) {                                                 /* Qwen3, LFM2, Gemma: per-head norms */
         op_rmsnorm(be, a->q, a->q, w->q_norm, c->norm_eps, n * c->n_head, hd);
@@ -308,6 +317,7 @@ static void attention_block(const struct fwd *f, int l) {
     op_attention(be, &aa);                                           /* att = softmax(q k^T) v */
     if (c->attn_out_gate) op_sigmoid_mul(be, a->att, a->att, a->gate, (long)n * Q);
     op_matmul(be, a->xn, a->att, &w->wo, w->bo, f->rows);            /* xn = att Wo^T */
+    lora_apply(f, l, LT_O, a->xn, a->att);
     if (w->attn_post_norm)                                           /* Gemma: xn = norm(xn) */
         op_rmsnorm(be, a->xn, a->xn, w->attn_post_norm, c->norm_eps, n, c->n_embd);
 }
@@ -323,9 +333,12 @@ static void ffn_block(const struct fwd *f, int l) {
     const struct gb_weight *const ws[2] = {&w->w_gate, &w->w_up};
     const float *const bs[2] = {w->b_gate, w->b_up};
     op_matmul_multi(be, 2, ys, a->xn, ws, bs, f->rows);
+    lora_apply(f, l, LT_GATE, a->gate, a->xn);
+    lora_apply(f, l, LT_UP, a->up, a->xn);
     if (c->act == ACT_GELU_TANH) op_gelu_tanh_mul(be, a->gate, a->gate, a->up, nf);
     else op_silu_mul(be, a->gate, a->gate, a->up, nf);               /* gate = act(gate) * up */
     op_matmul(be, a->xn, a->gate, &w->w_down, w->b_down, f->rows);   /* xn = gate Wd^T */
+    lora_apply(f, l, LT_DOWN, a->xn, a->gate);
     if (w->ffn_post_norm)                                            /* Gemma: xn = norm(xn) */
         op_rmsnorm(be, a->xn, a->xn, w->ffn_post_norm, c->norm_eps, f->n, c->n_embd);
 }

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/kv_blocks.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 #include <pthread.h>
@@ -79,6 +80,7 @@ struct gerbil_model {
     size_t f32_bytes;
     size_t weight_bytes;
     int64_t n_params;
+    struct lora_registry *lora;       /* loaded LoRA adapters by id (lora.c), or NULL */
 };
 
 /* ---- contexts: many sequences, one batch per forward (context.c) ---- */
@@ -152,6 +154,7 @@ struct gerbil_context {
     float *logits;                    /* (cap_out, n_vocab) */
     float *hidden;                    /* (n_taps, cap_out, n_embd) */
     int cap_out;
+    struct lora_fwd *lora;            /* the rows' adapters in a forward (lora.c), or NULL */
 };
 
 /* A context's internals shared with the session layer (context.c). */
@@ -167,6 +170,7 @@ struct gerbil_session {
     int32_t seq;
     int32_t *seq_ids;                 /* (n_batch) all seq */
     int8_t *flags;                    /* (n_batch) logits wanted */
+    int32_t *adapters;                /* (n_batch) its adapter id, or NULL: the bare base */
 };
 /* gerbil_session_eval with progress(user, done, n) called before the first chunk and after
  * each (progress may be NULL). */
@@ -201,6 +205,7 @@ struct fwd {
     int n;                /* rows */
     struct gb_rows rows;  /* all of them, with their spans */
     int n_out;            /* rows whose outputs are wanted: a.out_idx[0 .. n_out) */
+    const struct lora_fwd *lora; /* the rows' LoRA adapters, or NULL (lora_apply) */
 };
 
 /* The recurrent state of layer l: its conv window (off 0) or delta-rule state. */

@@ -105,6 +105,7 @@ fail:
 
 void gerbil_model_free(gerbil_model_t m) {
     if (!m) return;
+    lora_registry_free(m);
     if (m->f32_dev) m->be->ops->buf_free(m->be, m->f32_dev, m->f32_bytes);
     backend_free(m->be);
     wsrc_close(&m->src);

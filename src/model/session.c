@@ -43,7 +43,19 @@ void gerbil_session_free(gerbil_session_t s) {
     gerbil_context_free(s->ctx);
     free(s->seq_ids);
     free(s->flags);
+    free(s->adapters);
     free(s);
+}
+
+gerbil_status gerbil_session_set_adapter(gerbil_session_t s, int32_t id) {
+    pthread_mutex_lock(&s->model->lock);
+    gerbil_status st = lora_check_id(s->model, 0, id);
+    pthread_mutex_unlock(&s->model->lock);
+    GB_TRY(st);
+    if (!s->adapters && !(s->adapters = malloc((size_t)s->ctx->n_batch * sizeof *s->adapters)))
+        return err_set(GERBIL_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < s->ctx->n_batch; i++) s->adapters[i] = id;
+    return GERBIL_OK;
 }
 
 void gerbil_session_reset(gerbil_session_t s) { ctx_seq_reset(s->ctx, s->seq); }
@@ -83,7 +95,8 @@ gerbil_status session_eval_progress(gerbil_session_t s, const int32_t *ids, int 
         memset(s->flags, all_logits && logits ? 1 : 0, (size_t)chunk);
         if (logits && !all_logits && last) s->flags[chunk - 1] = 1;
         float *dest = logits && all_logits ? logits + (size_t)done * c->n_vocab : logits;
-        const gerbil_batch b = {.n_rows = chunk, .tokens = ids + done, .seq = s->seq_ids, .logits = s->flags};
+        const gerbil_batch b = {.n_rows = chunk, .tokens = ids + done, .seq = s->seq_ids, .logits = s->flags,
+                               .adapter = s->adapters};
         GB_TRY(ctx_eval(cx, &b, dest));
         done += chunk;
         if (progress) progress(user, done, n);

@@ -20,6 +20,12 @@ struct cli_model_opts {
     char path[4096];            /* the resolved local path */
     int from_env;               /* the model came from $GERBIL_MODEL (named in errors) */
     int quiet;                  /* -q: no warnings from cli_open */
+    /* --lora PATH[:SCALE] (repeatable; several are summed): loaded by cli_open, which sets
+     * the session's adapter; commands that apply them set lora_ok (others refuse the flag) */
+    const char *lora[8];
+    float lora_scale[8];
+    int n_lora, lora_ok;
+    int32_t adapter;            /* after cli_open: the id to put in batches (0: none) */
 };
 
 /* The model `gerbil run` and `gerbil chat` use when none is given. */

@@ -150,6 +150,36 @@ int cli_parse_model_opt(int argc, char **argv, int *i, struct cli_model_opts *o)
         o->backend = v;
         return 1;
     }
+    if (!strcmp(a, "--lora")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (o->n_lora == 8) {
+            fprintf(stderr, "gerbil: --lora: at most 8 adapters\n");
+            return -1;
+        }
+        /* PATH:SCALE when the text after the last ':' is a number and PATH the rest */
+        const char *colon = strrchr(v, ':');
+        char *end = NULL;
+        float sc = 1.0f;
+        struct stat sb;
+        if (colon && colon[1] && stat(v, &sb) != 0) {
+            sc = strtof(colon + 1, &end);
+            if (*end || !(sc == sc)) {
+                fprintf(stderr, "gerbil: --lora: \"%s\": expected PATH or PATH:SCALE (SCALE a number)\n", v);
+                return -1;
+            }
+            static char paths[8][4096]; /* the PATH parts, for as long as the process runs */
+            if ((size_t)(colon - v) >= sizeof paths[0]) {
+                fprintf(stderr, "gerbil: --lora: path too long\n");
+                return -1;
+            }
+            memcpy(paths[o->n_lora], v, (size_t)(colon - v));
+            paths[o->n_lora][colon - v] = 0;
+            v = paths[o->n_lora];
+        }
+        o->lora[o->n_lora] = v;
+        o->lora_scale[o->n_lora++] = sc;
+        return 1;
+    }
     if (!strcmp(a, "--kv-type")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "f16")) o->kv_type = GERBIL_KV_F16;
@@ -178,7 +208,9 @@ void cli_print_model_opts_help(FILE *f) {
             "      --backend B      where the model runs: cpu (default) or ref (every op through its\n"
             "                       scalar reference kernel: slow, for checking numerics)\n"
             "      --device D       cpu, cuda or cuda:N (GPU N); default: GPU 0 when this build has\n"
-            "                       CUDA and the machine a GPU, else cpu (gerbil info lists them)\n");
+            "                       CUDA and the machine a GPU, else cpu (gerbil info lists them)\n"
+            "      --lora P[:S]     apply a LoRA adapter (PEFT or mlx-lm folder, GGUF adapter) at scale S\n"
+            "                       (default 1); repeatable: the adapters are summed (run, chat, logits, bench)\n");
 }
 
 /* A progress line for loads of big files: redrawn in place on a terminal, a line per
@@ -306,6 +338,29 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
         if (o->from_env) fprintf(stderr, "gerbil: (the model \"%s\" came from $GERBIL_MODEL)\n", o->ref);
         return 1;
     }
+    if (o->n_lora && !o->lora_ok) {
+        fprintf(stderr, "gerbil: --lora: this command does not apply adapters yet (run, chat, logits and bench do)\n");
+        gerbil_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
+    int32_t ids[8];
+    for (int k = 0; k < o->n_lora; k++) {
+        st = gerbil_adapter_load(*m, o->lora[k], o->lora_scale[k], &ids[k]);
+        if (st != GERBIL_OK) {
+            cli_fail("cannot load adapter", st);
+            gerbil_model_free(*m);
+            *m = NULL;
+            return 1;
+        }
+    }
+    o->adapter = o->n_lora == 1 ? ids[0] : 0;
+    if (o->n_lora > 1 && (st = gerbil_adapter_stack(*m, ids, o->n_lora, &o->adapter)) != GERBIL_OK) {
+        cli_fail("cannot stack adapters", st);
+        gerbil_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
     if (!s) return 0;
     if (o->n_ctx > gerbil_model_n_ctx_train(*m) && gerbil_model_n_ctx_train(*m) > 0 && !o->quiet)
         fprintf(stderr, "gerbil: warning: --ctx-size %d exceeds the %d tokens the model was trained on; "
@@ -314,6 +369,8 @@ int cli_open(struct cli_model_opts *o, gerbil_model_t *m, gerbil_session_t *s) {
     sp.n_ctx = o->n_ctx;
     sp.kv_type = o->kv_type;
     st = gerbil_session_new(*m, &sp, s);
+    if (st == GERBIL_OK && o->adapter && (st = gerbil_session_set_adapter(*s, o->adapter)) != GERBIL_OK)
+        gerbil_session_free(*s);
     if (st != GERBIL_OK) {
         gerbil_model_free(*m);
         *m = NULL;

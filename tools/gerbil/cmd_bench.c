@@ -81,7 +81,9 @@ static gerbil_status bench_batch(gerbil_model_t m, const struct cli_model_opts *
     if (st != GERBIL_OK) return st;
     int32_t *seq = malloc(sizeof(int32_t) * (size_t)(B > cp.n_batch ? B : cp.n_batch));
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)B), *sid = malloc(sizeof(int32_t) * (size_t)B);
-    if (!seq || !tok || !sid) st = GERBIL_ERR_NOMEM;
+    int32_t *ad = malloc(sizeof(int32_t) * (size_t)(B > cp.n_batch ? B : cp.n_batch)); /* --lora: every row's */
+    if (!seq || !tok || !sid || !ad) st = GERBIL_ERR_NOMEM;
+    for (int i = 0; ad && i < (B > cp.n_batch ? B : cp.n_batch); i++) ad[i] = o->adapter;
     for (int i = 0; st == GERBIL_OK && i < B; i++) st = gerbil_seq_new(c, &sid[i]);
     for (int r = -1; r < reps && st == GERBIL_OK; r++) { /* r = -1: warm-up */
         if (n_prompt > 0) {
@@ -91,7 +93,7 @@ static gerbil_status bench_batch(gerbil_model_t m, const struct cli_model_opts *
                 for (int done = 0; done < n_prompt && st == GERBIL_OK;) {
                     int k = n_prompt - done < cp.n_batch ? n_prompt - done : cp.n_batch;
                     for (int j = 0; j < k; j++) seq[j] = sid[i];
-                    gerbil_batch b = {.n_rows = k, .tokens = ids + done, .seq = seq};
+                    gerbil_batch b = {.n_rows = k, .tokens = ids + done, .seq = seq, .adapter = ad};
                     st = gerbil_context_eval(c, &b);
                     done += k;
                 }
@@ -102,7 +104,7 @@ static gerbil_status bench_batch(gerbil_model_t m, const struct cli_model_opts *
             double t0 = time_now_s();
             for (int g = 0; g < n_gen && st == GERBIL_OK; g++) {
                 for (int i = 0; i < B; i++) { tok[i] = ids[(g + 7 * i) % (n_gen + 1)]; seq[i] = sid[i]; }
-                gerbil_batch b = {.n_rows = B, .tokens = tok, .seq = seq};
+                gerbil_batch b = {.n_rows = B, .tokens = tok, .seq = seq, .adapter = ad};
                 st = gerbil_context_eval(c, &b);
             }
             if (r >= 0) tg[r] = (double)B * n_gen / (time_now_s() - t0);
@@ -111,12 +113,13 @@ static gerbil_status bench_batch(gerbil_model_t m, const struct cli_model_opts *
     free(seq);
     free(tok);
     free(sid);
+    free(ad);
     gerbil_context_free(c);
     return st;
 }
 
 int cmd_bench(int argc, char **argv) {
-    struct cli_model_opts o = {0};
+    struct cli_model_opts o = {.lora_ok = 1};
     int n_prompt = 512, n_gen = 128, reps = 3, json = 0, batch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;

@@ -151,7 +151,7 @@ static int command_is(const char *msg, const char *name) {
 }
 
 static int chat_main(int argc, char **argv, const unsigned char *attached) {
-    struct cli_model_opts o = {.default_model = 1};
+    struct cli_model_opts o = {.default_model = 1, .lora_ok = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params(),
                          .interrupted = &interrupted};
     const char *v = NULL;

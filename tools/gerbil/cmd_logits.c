@@ -15,7 +15,7 @@ static void help(FILE *f) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    struct cli_model_opts o = {0};
+    struct cli_model_opts o = {.lora_ok = 1};
     const char *ids_arg = NULL;
     int all = 0;
     for (int i = 1; i < argc; i++) {

@@ -108,7 +108,7 @@ static void run_constraint_close(struct run_constraint *rc) {
 }
 
 static int run_main(int argc, char **argv, const unsigned char *attached) {
-    struct cli_model_opts o = {.default_model = 1};
+    struct cli_model_opts o = {.default_model = 1, .lora_ok = 1};
     struct textgen tg = {.sampling = gerbil_sampler_default_params(), .gen = gerbil_generate_default_params()};
     const char *ids_arg = NULL, *text = NULL, *system = NULL, *v = NULL, *file = NULL, *pos[2];
     int json = 0, raw = 0, n_pos = 0;

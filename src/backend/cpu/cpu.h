@@ -86,5 +86,8 @@ void cpu_moe_combine(struct backend *be, float *out, const float *y, const int32
                      int k, int width);
 void cpu_gated_add_rows(struct backend *be, float *out, const float *a, const float *y, const float *g, int n_rows,
                         int n);
+/* cpu_lora.c */
+void cpu_lora(struct backend *be, float *y, const float *x, int n_in, int n_out, const struct lora_seg *segs,
+              int n_segs);
 
 #endif

@@ -580,6 +580,7 @@ static const struct backend_ops cpu_ops = {
     .deltanet_gates = cpu_deltanet_gates,
     .moe_route = cpu_moe_route,
     .moe_combine = cpu_moe_combine,
+    .lora = cpu_lora,
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests

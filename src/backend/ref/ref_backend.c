@@ -421,6 +421,31 @@ static void ref_moe_combine(struct backend *be, float *out, const float *y, cons
     free(ord);
 }
 
+/* LoRA: h = A x and B h in double, added to y once per segment. */
+static void ref_lora(struct backend *be, float *y, const float *x, int n_in, int n_out, const struct lora_seg *segs,
+                     int n_segs) {
+    (void)be;
+    double h[LORA_MAX_RANK];
+    for (int s = 0; s < n_segs; s++) {
+        const struct lora_seg *g = &segs[s];
+        GB_ASSERT(g->rank > 0 && g->rank <= LORA_MAX_RANK);
+        for (int t = g->row0; t < g->row0 + g->n_rows; t++) {
+            const float *xt = x + (size_t)t * n_in;
+            float *yt = y + (size_t)t * n_out;
+            for (int r = 0; r < g->rank; r++) {
+                double acc = 0;
+                for (int i = 0; i < n_in; i++) acc += (double)g->a[(size_t)r * n_in + i] * xt[i];
+                h[r] = acc;
+            }
+            for (int o = 0; o < n_out; o++) {
+                double acc = 0;
+                for (int r = 0; r < g->rank; r++) acc += (double)g->bt[(size_t)r * n_out + o] * h[r];
+                yt[o] += (float)(acc * g->scale);
+            }
+        }
+    }
+}
+
 static const struct backend_ops ref_ops = {
     .name = "ref",
     .host_memory = 1,
@@ -460,6 +485,7 @@ static const struct backend_ops ref_ops = {
     .deltanet_gates = ref_deltanet_gates,
     .moe_route = ref_moe_route,
     .moe_combine = ref_moe_combine,
+    .lora = ref_lora,
 };
 
 struct backend *backend_ref_new(void) {
