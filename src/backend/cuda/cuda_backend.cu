@@ -859,6 +859,7 @@ const struct backend_ops cuda_ops = {
     cu_deltanet_gates,
     cu_moe_route,
     cu_moe_combine,
+    NULL, /* lora: not yet on CUDA (gerbil_adapter_load refuses) */
     cu_weight_status,
 };
 
