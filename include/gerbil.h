@@ -508,6 +508,23 @@ gerbil_status gerbil_hub_remove(const char *repo, const gerbil_hub_params *p, ui
 /* The cache folder in use (from p or the environment); malloc'd. */
 char *gerbil_hub_cache_dir(const gerbil_hub_params *p);
 
+/* ---- audio in (src/audio/) and speech-to-text (Moonshine) ---- */
+/* Limits checked before anything is allocated from a file's header. */
+enum { GERBIL_AUDIO_MAX_SECONDS = 4 * 3600, GERBIL_AUDIO_MAX_CHANNELS = 64, GERBIL_AUDIO_MAX_RATE = 768000 };
+/* Decode an audio file (WAV, FLAC, OGG Vorbis, OGG Opus, MP3, ... through libsndfile) to mono
+ * f32 samples in [-1, 1] (channels averaged), resampled to `rate` Hz with libsoxr (rate <= 0:
+ * the file's own rate). *pcm: malloc'd (gerbil_audio_free), *n samples; *rate_in (may be
+ * NULL) = the file's rate. GERBIL_ERR_IO (cannot open), GERBIL_ERR_FORMAT (not audio,
+ * empty, truncated, corrupt), GERBIL_ERR_INVALID_ARG (longer than the limit). */
+gerbil_status gerbil_audio_read_file(const char *path, int rate, float **pcm, int64_t *n, int *rate_in);
+/* The same from a file's bytes in memory (an upload). */
+gerbil_status gerbil_audio_read_memory(const void *data, size_t size, int rate, float **pcm, int64_t *n,
+                                       int *rate_in);
+/* Mono f32 from rate_in to rate_out Hz (libsoxr, SOXR_HQ). */
+gerbil_status gerbil_audio_resample(const float *in, int64_t n, int rate_in, int rate_out, float **out,
+                                    int64_t *n_out);
+void gerbil_audio_free(float *pcm);
+
 #ifdef __cplusplus
 }
 #endif
