@@ -21,12 +21,14 @@ model.safetensors) and expected.safetensors:
   inv_freq       [R/2] f32   the rotary embedding's inv_freq (for debugging rotary dims)
 
 Fixtures (weights: Linear/Embedding N(0, 0.2), biases N(0, 0.1), norm weights 1 + 0.2 N(0,1),
-norm biases N(0, 0.1), conv weights N(0, 1/fan_in), as scripts/gen_fixtures.py plus the convs):
-  moonshine-f32         hidden 64, 2+2 layers, encoder 4 heads (MHA), decoder 4 heads over 2 KV
-                        heads, head_dim 16, partial_rotary_factor 0.9 (rotary dim 14), tied
+norm biases N(0, 0.1), conv weights N(0, 1/fan_in), as scripts/gen_fixtures.py plus the convs).
+transformers' MoonshineAttention views queries with config.num_key_value_heads and every attention
+module shares (and updates) one config, so the reference runs only when encoder and decoder have
+the same head counts and no GQA (as the published checkpoints): every fixture is MHA.
+  moonshine-f32         hidden 64, 2+2 layers, 4 heads, head_dim 16, partial_rotary_factor 0.9 (rotary dim 14), tied
                         proj_out, vocab 512; the whole jfk.wav (11 s, 176000 samples)
   moonshine-bf16        the same weights stored as bf16 (reference: the bf16 weights upcast)
-  moonshine-untied-f32  hidden 48, 2+1 layers, 4 heads (head_dim 12) over 2 KV heads in both,
+  moonshine-untied-f32  hidden 48, 2+1 layers, 4 heads (head_dim 12),
                         partial_rotary_factor 0.62 (int(7.44) = 7: an odd rotary dim), untied
                         proj_out, intermediate 80; the first 3 s of jfk.wav
 """
@@ -42,7 +44,6 @@ import wave
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers.modeling_outputs import BaseModelOutput
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -61,12 +62,12 @@ def log(*a):
 
 BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, encoder_num_hidden_layers=2,
             decoder_num_hidden_layers=2, encoder_num_attention_heads=4, decoder_num_attention_heads=4,
-            encoder_num_key_value_heads=4, decoder_num_key_value_heads=2,
+            encoder_num_key_value_heads=4, decoder_num_key_value_heads=4,
             encoder_hidden_act="gelu", decoder_hidden_act="silu", max_position_embeddings=194,
             decoder_start_token_id=1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
             tie_word_embeddings=True, attention_bias=False)
 UNTIED = dict(BASE, hidden_size=48, intermediate_size=80, decoder_num_hidden_layers=1,
-              encoder_num_key_value_heads=2, tie_word_embeddings=False)
+              tie_word_embeddings=False)
 
 SPECS = [
     dict(name="moonshine-f32", kw=BASE, partial=0.9, dtype="float32", seconds=None, seed=2300),
@@ -150,7 +151,8 @@ def processor_values(audio, rate):
 @torch.no_grad()
 def reference(model, iv, prefix):
     cfg = model.config
-    enc = model.model.encoder(input_values=iv).last_hidden_state
+    enc_out = model.model.encoder(input_values=iv)
+    enc = enc_out.last_hidden_state
     dec = torch.tensor([prefix], dtype=torch.long)
     logits = model(input_values=iv, decoder_input_ids=dec).logits[0].float()
     # step by step with the cache must agree with the single forward
@@ -158,7 +160,7 @@ def reference(model, iv, prefix):
     pkv = out.past_key_values
     steps = [out.logits[0, -1]]
     for t in range(1, dec.shape[1]):
-        out = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), decoder_input_ids=dec[:, t:t + 1], past_key_values=pkv,
+        out = model(encoder_outputs=enc_out, decoder_input_ids=dec[:, t:t + 1], past_key_values=pkv,
                     use_cache=True)
         pkv = out.past_key_values
         steps.append(out.logits[0, -1])
@@ -168,7 +170,7 @@ def reference(model, iv, prefix):
     ids = [cfg.decoder_start_token_id]
     greedy, margins = [], []
     for _ in range(N_GREEDY):
-        lg = model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), decoder_input_ids=torch.tensor([ids])).logits[0, -1].float()
+        lg = model(encoder_outputs=enc_out, decoder_input_ids=torch.tensor([ids])).logits[0, -1].float()
         top = torch.topk(lg, 2)
         greedy.append(int(top.indices[0]))
         margins.append(float(top.values[0] - top.values[1]))
