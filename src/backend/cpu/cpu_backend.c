@@ -579,6 +579,10 @@ static const struct backend_ops cpu_ops = {
     .deltanet_gates = cpu_deltanet_gates,
     .moe_route = cpu_moe_route,
     .moe_combine = cpu_moe_combine,
+    .im2col1d = cpu_im2col1d,
+    .layernorm = cpu_layernorm,
+    .groupnorm = cpu_groupnorm,
+    .unary = cpu_unary,
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests
