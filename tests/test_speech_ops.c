@@ -1,10 +1,12 @@
 /* The speech-model ops of the backend table (backend.h: im2col1d, layernorm with and
- * without weight and bias, groupnorm with one and several groups, unary tanh and erf GELU)
+ * without weight and bias, groupnorm with one and several groups, unary tanh and erf GELU,
+ * attention_dense)
  * on the CPU backend (1 and 2 threads) against the reference backend on random inputs of
  * odd sizes, and the reference against the definitions written out here in double.
  * Outputs are poisoned with NaN first. Tolerances: im2col is a copy (exact); the norms sum
  * in double in the same order on both backends (exact bits); tanh / GELU: libm's f32
- * functions against double ones, 4 ulp (2^-21 relative), GELU + 1e-7 absolute (its tail). The CUDA backend has none
+ * functions against double ones, 4 ulp (2^-21 relative), GELU + 1e-7 absolute (its tail);
+ * attention_dense (f32 GEMMs and softmax against double, values in [-1, 1]): 2e-5. The CUDA backend has none
  * of these ops yet (NULL in its table: Moonshine refuses to load there). */
 #include "backend/backend.h"
 
@@ -160,6 +162,26 @@ int main(void) {
             }
         }
         free(x); free(want); free(r);
+    }
+    /* attention_dense: GQA and MHA, one query row and many; f32 GEMM sums and softmax against
+     * double; outputs are convex combinations of values in [-1, 1]: 2e-5 absolute */
+    const int acases[][5] = {{37, 53, 4, 2, 13}, {1, 123, 8, 8, 52}, {457, 457, 2, 1, 16}};
+    for (int ci = 0; ci < 3; ci++) {
+        const int nq = acases[ci][0], nkv = acases[ci][1], nh = acases[ci][2], nkh = acases[ci][3], hd = acases[ci][4];
+        float *q = rnd((size_t)nq * nh * hd, 1, 0), *k = rnd((size_t)nkv * nkh * hd, 1, 0),
+              *v = rnd((size_t)nkv * nkh * hd, 1, 0), *r = poison((size_t)nq * nh * hd);
+        float *scr = malloc(attn_dense_floats(nq, nkv, hd) * sizeof(float));
+        op_attention_dense(ref, r, q, k, v, nq, nkv, nh, nkh, hd, 0.3f, scr);
+        for (int b = 0; b < 2; b++) {
+            float *y = poison((size_t)nq * nh * hd);
+            op_attention_dense(cpus[b], y, q, k, v, nq, nkv, nh, nkh, hd, 0.3f, scr);
+            snprintf(what, sizeof what, "attention_dense cpu%d q=%d kv=%d heads %d/%d hd %d", b + 1, nq, nkv, nh, nkh, hd);
+            abs_tol = 2e-5;
+            cmp(what, y, r, (size_t)nq * nh * hd, 0);
+            abs_tol = 1e-30;
+            free(y);
+        }
+        free(q); free(k); free(v); free(r); free(scr);
     }
     backend_free(ref);
     backend_free(cpu1);

@@ -259,7 +259,17 @@ struct backend_ops {
                       int C, int G);
     /* x = f(x) in place, f: GB_UNARY_TANH or GB_UNARY_GELU (the erf form, torch's default). */
     void (*unary)(struct backend *be, float *x, long n, int kind);
+    /* Attention without a KV pool, every query over every key (the encoder's self-attention,
+     * the decoder's cross-attention): q, out [n_q][n_head][hd]; k, v [n_kv][n_head_kv][hd];
+     * query head h reads kv head h / (n_head / n_head_kv); scores (q . k) * scale, softmax
+     * over the n_kv keys. scratch: attn_dense_floats(n_q, n_kv, hd) floats of backend memory. */
+    void (*attention_dense)(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
+                            int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
 };
+
+static inline size_t attn_dense_floats(int n_q, int n_kv, int hd) {
+    return (size_t)n_q * hd * 2 + 2 * (size_t)n_kv * hd + (size_t)n_q * n_kv;
+}
 
 enum { GB_UNARY_TANH = 0, GB_UNARY_GELU = 1 };
 
@@ -370,5 +380,10 @@ static inline void op_groupnorm(struct backend *be, float *y, const float *x, co
     be->ops->groupnorm(be, y, x, w, b, eps, T, C, G);
 }
 static inline void op_unary(struct backend *be, float *x, long n, int kind) { be->ops->unary(be, x, n, kind); }
+static inline void op_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v,
+                                      int n_q, int n_kv, int n_head, int n_head_kv, int hd, float scale,
+                                      float *scratch) {
+    be->ops->attention_dense(be, out, q, k, v, n_q, n_kv, n_head, n_head_kv, hd, scale, scratch);
+}
 
 #endif

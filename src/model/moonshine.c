@@ -12,11 +12,11 @@
  * utterance), a gated MLP (fc1 -> [hidden | gate], silu(gate) * hidden -> fc2), a final
  * LayerNorm and proj_out (tied to the embedding unless tie_word_embeddings is false).
  *
- * Every computation is a backend op. Attention reuses the table's paged attention with an
- * f32 cache laid out as an identity block table (pool row p = position p): the encoder's
- * non-causal self-attention and the decoder's cross-attention give each query row a segment
- * of its own whose position is the last key's (T - 1), so it sees all T keys; the decoder's
- * self-attention is the usual causal segment. */
+ * Every computation is a backend op. The encoder's non-causal self-attention and the
+ * decoder's cross-attention are attention_dense (every query over every key; on the CPU
+ * two float GEMMs per head); the decoder's causal self-attention is the table's paged
+ * attention over an f32 cache of its own laid out as an identity block table (pool row p =
+ * position p). */
 #include "model/model.h"
 #include "base/status.h"
 #include "base/timer.h"
@@ -362,6 +362,7 @@ gerbil_status moonshine_load(struct gerbil_model *m, const char *dir, const gerb
     const struct { const char *name; const void *fn; } need[] = {
         {"im2col1d", (const void *)o->im2col1d}, {"layernorm", (const void *)o->layernorm},
         {"groupnorm", (const void *)o->groupnorm}, {"unary (tanh, GELU)", (const void *)o->unary},
+        {"attention_dense", (const void *)o->attention_dense},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (!need[i].fn)
@@ -405,6 +406,7 @@ struct ms_run {
     float **sk, **sv;         /* [n_dec] [cap_dec][kv * hd] */
     float *x, *xn, *q, *k, *v, *att, *up, *gate, *logits; /* activations, rows = max(T, cap_dec) */
     float *big;               /* conv scratch */
+    float *scratch;           /* attention_dense's */
     int32_t *blocks;          /* identity block table */
     struct gb_seg *segs;      /* one per row */
     int32_t *pos, *kvrow;
@@ -446,7 +448,7 @@ static gerbil_status ms_run_init(struct ms_run *r, struct gerbil_model *m, int64
                  (size_t)T * 6 * H;
     size_t floats = (size_t)T * H + 2 * (size_t)c->n_dec * T * dkv + 2 * (size_t)c->n_dec * cap_dec * dkv +
                     (size_t)rows * (2 * (size_t)H + 2 * (size_t)qw + 2 * (size_t)kvw + 2 * (size_t)I) +
-                    (size_t)cap_dec * c->vocab + big + 64;
+                    (size_t)cap_dec * c->vocab + big + attn_dense_floats(rows, (int)T, hd) + 64;
     r->bytes = floats * sizeof(float);
     r->mem = r->be->ops->alloc(r->be, r->bytes, 0);
     r->ck = calloc(4 * (size_t)c->n_dec, sizeof *r->ck);
@@ -482,6 +484,7 @@ static gerbil_status ms_run_init(struct ms_run *r, struct gerbil_model *m, int64
     TAKE(r->gate, (size_t)rows * I);
     TAKE(r->logits, (size_t)cap_dec * c->vocab);
     TAKE(r->big, big);
+    TAKE(r->scratch, attn_dense_floats(rows, (int)T, hd));
 #undef TAKE
     const struct gb_reserve rs = {.n_rows = (int)(T1 > rows ? T1 : rows), .n_kv = rows + 1};
     GB_TRY(r->be->ops->reserve(r->be, &rs));
@@ -492,15 +495,15 @@ static gerbil_status ms_run_init(struct ms_run *r, struct gerbil_model *m, int64
  * from position pos0 (one segment), or every row over all n_kv keys (causal = 0). */
 static void ms_attend(struct ms_run *r, float *out, const float *q, const float *kc, const float *vc, int n, int n_kv,
                       int heads, int kv, int hd, int causal, int pos0) {
-    if (causal) {
-        r->segs[0] = (struct gb_seg){.row0 = 0, .n_rows = n, .pos0 = pos0, .blocks = r->blocks};
-    } else {
-        for (int t = 0; t < n; t++) r->segs[t] = (struct gb_seg){.row0 = t, .n_rows = 1, .pos0 = n_kv - 1, .blocks = r->blocks};
+    if (!causal) {
+        op_attention_dense(r->be, out, q, kc, vc, n, n_kv, heads, kv, hd, 1.0f / sqrtf((float)hd), r->scratch);
+        return;
     }
+    r->segs[0] = (struct gb_seg){.row0 = 0, .n_rows = n, .pos0 = pos0, .blocks = r->blocks};
     const struct attn_args a = {
         .q = q, .out = out, .k_cache = kc, .v_cache = vc, .kv_type = GB_TYPE_F32, .kv_stride = kv * hd,
         .n_head = heads, .n_head_kv = kv, .head_dim = hd, .window = 0, .scale = 1.0f / sqrtf((float)hd),
-        .segs = r->segs, .n_segs = causal ? 1 : n,
+        .segs = r->segs, .n_segs = 1,
     };
     op_attention(r->be, &a);
 }
@@ -508,6 +511,17 @@ static void ms_attend(struct ms_run *r, float *out, const float *q, const float 
 static void ms_batch(struct ms_run *r, int n) {
     struct gb_batch b = {.n_rows = n, .n_segs = 1, .segs = r->segs, .pos = r->pos, .kv_row = r->kvrow};
     r->be->ops->batch_begin(r->be, &b);
+}
+
+/* GERBIL_MS_PROFILE=1: per-stage times of the encoder on stderr (after a sync each). */
+static void prof(struct backend *be, const char *what, double *t) {
+    static int on = -1;
+    if (on < 0) on = getenv("GERBIL_MS_PROFILE") != NULL;
+    if (!on) return;
+    be->ops->sync(be);
+    double n = time_now_s() * 1000.0;
+    if (what) fprintf(stderr, "moonshine: %-14s %8.2f ms\n", what, n - *t);
+    *t = n;
 }
 
 /* The encoder over the run's samples (host pcm) into r->enc, then every decoder layer's
@@ -519,20 +533,27 @@ static gerbil_status ms_encode(struct ms_run *r, const float *pcm) {
     const int64_t n = r->n_samples, T1 = conv_out(n, 127, 64), T2 = conv_out(T1, 7, 3);
     float *in = r->big, *col1 = in + n, *y1 = col1 + T1 * 127, *col2 = y1 + T1 * H, *y2 = col2 + T2 * 7 * H,
           *col3 = y2 + T2 * 2 * H;
+    double tp = 0;
+    prof(be, NULL, &tp);
     be->ops->upload(be, in, pcm, (size_t)n * sizeof(float));
     /* conv1 -> tanh -> groupnorm(1 group) */
     op_im2col1d(be, col1, in, (int)n, 1, 127, 64);
     op_matmul(be, y1, col1, &c->conv1, NULL, (struct gb_rows){(int)T1, NULL});
     op_unary(be, y1, T1 * H, GB_UNARY_TANH);
     op_groupnorm(be, y1, y1, c->gn_w, c->gn_b, 1e-5f, (int)T1, H, 1);
+    prof(be, "conv1", &tp);
     /* conv2 -> gelu */
     op_im2col1d(be, col2, y1, (int)T1, H, 7, 3);
+    prof(be, "im2col2", &tp);
     op_matmul(be, y2, col2, &c->conv2, c->b_conv2, (struct gb_rows){(int)T2, NULL});
+    prof(be, "conv2 matmul", &tp);
     op_unary(be, y2, T2 * 2 * H, GB_UNARY_GELU);
+    prof(be, "conv2 gelu", &tp);
     /* conv3 -> gelu into x */
     op_im2col1d(be, col3, y2, (int)T2, 2 * H, 3, 2);
     op_matmul(be, r->x, col3, &c->conv3, c->b_conv3, (struct gb_rows){T, NULL});
     op_unary(be, r->x, (long)T * H, GB_UNARY_GELU);
+    prof(be, "conv3", &tp);
     /* layers */
     for (int t = 0; t < T; t++) r->pos[t] = t;
     ms_batch(r, T);
@@ -545,18 +566,24 @@ static gerbil_status ms_encode(struct ms_run *r, const float *pcm) {
         const struct gb_weight *ws[3] = {&L->sa.q, &L->sa.k, &L->sa.v};
         const float *bs[3] = {L->sa.bq, L->sa.bk, L->sa.bv};
         op_matmul_multi(be, 3, ys, r->xn, ws, bs, rows);
+        prof(be, "qkv", &tp);
         op_rope(be, r->q, r->pos, NULL, c->inv_freq, 1.0f, T, c->enc_heads, hd, 2 * c->n_freq, 1);
         op_rope(be, r->k, r->pos, NULL, c->inv_freq, 1.0f, T, c->enc_kv, hd, 2 * c->n_freq, 1);
         (void)qw;
         (void)kvw;
         ms_attend(r, r->att, r->q, r->k, r->v, T, T, c->enc_heads, c->enc_kv, hd, 0, 0);
+        prof(be, "attention", &tp);
         op_matmul(be, r->xn, r->att, &L->sa.o, NULL, rows);
         op_add(be, r->x, r->xn, (long)T * H);
         op_layernorm(be, r->xn, r->x, L->ln2, NULL, 1e-5f, T, H);
+        prof(be, "o + norms", &tp);
         op_matmul(be, r->up, r->xn, &L->fc1, L->b1, rows);
+        prof(be, "fc1", &tp);
         op_unary(be, r->up, (long)T * I, GB_UNARY_GELU);
+        prof(be, "gelu", &tp);
         op_matmul(be, r->xn, r->up, &L->fc2, L->b2, rows);
         op_add(be, r->x, r->xn, (long)T * H);
+        prof(be, "fc2", &tp);
     }
     op_layernorm(be, r->enc, r->x, c->enc_norm, NULL, 1e-5f, T, H);
     /* the decoder's cross K/V, once */

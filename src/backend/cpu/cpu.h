@@ -82,6 +82,8 @@ void cpu_layernorm(struct backend *be, float *y, const float *x, const float *w,
 void cpu_groupnorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps, int T,
                    int C, int G);
 void cpu_unary(struct backend *be, float *x, long n, int kind);
+void cpu_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
+                         int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
 /* Floats of delta-rule scratch one thread needs for heads of dk x dv. */
 size_t delta_scratch_floats(int dk, int dv);
 

@@ -583,6 +583,7 @@ static const struct backend_ops cpu_ops = {
     .layernorm = cpu_layernorm,
     .groupnorm = cpu_groupnorm,
     .unary = cpu_unary,
+    .attention_dense = cpu_attention_dense,
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests

@@ -24,10 +24,8 @@ static void im2col_range(void *p, long lo, long hi) {
             memcpy(out, in, (size_t)K * sizeof *out);
             continue;
         }
-        for (int k = 0; k < K; k++) {
-            const float *xk = in + (size_t)k * C;
-            for (int c = 0; c < C; c++) out[(size_t)c * K + k] = xk[c];
-        }
+        for (int c = 0; c < C; c++) /* writes in order; the K reads of a column sit in K rows */
+            for (int k = 0; k < K; k++) out[(size_t)c * K + k] = in[(size_t)k * C + c];
     }
 }
 
@@ -125,4 +123,50 @@ static void unary_range(void *p, long lo, long hi) {
 void cpu_unary(struct backend *be, float *x, long n, int kind) {
     struct unary_args a = {x, kind};
     parallel_range(cpu_of(be), n, 16, unary_range, &a);
+}
+
+/* Dense attention as two matmuls per head through the float GEMM kernels: S = Q_h K_h^T
+ * ([n_q][n_kv]), a softmax per row (f32, max subtracted), O_h = P V_h with V_h transposed
+ * into a [hd][n_kv] weight. Each output depends only on its own row, so the thread count
+ * changes no bit. */
+struct softmax_args {
+    float *s;
+    int n;
+    float scale;
+};
+
+static void softmax_rows(void *p, long lo, long hi) {
+    const struct softmax_args *a = p;
+    for (long r = lo; r < hi; r++) {
+        float *x = a->s + (size_t)r * a->n;
+        float mx = -INFINITY;
+        for (int j = 0; j < a->n; j++) mx = x[j] * a->scale > mx ? x[j] * a->scale : mx;
+        double sum = 0;
+        for (int j = 0; j < a->n; j++) sum += (x[j] = expf(x[j] * a->scale - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < a->n; j++) x[j] *= inv;
+    }
+}
+
+void cpu_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
+                         int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch) {
+    struct cpu_backend *cb = cpu_of(be);
+    const int group = n_head / n_head_kv;
+    float *qh = scratch, *oh = qh + (size_t)n_q * hd, *kh = oh + (size_t)n_q * hd, *vt = kh + (size_t)n_kv * hd,
+          *s = vt + (size_t)n_kv * hd;
+    const size_t qs = (size_t)n_head * hd, ks = (size_t)n_head_kv * hd;
+    for (int kvh = 0; kvh < n_head_kv; kvh++) {
+        for (int j = 0; j < n_kv; j++) {
+            memcpy(kh + (size_t)j * hd, k + j * ks + (size_t)kvh * hd, (size_t)hd * sizeof *kh);
+            for (int c = 0; c < hd; c++) vt[(size_t)c * n_kv + j] = v[j * ks + (size_t)kvh * hd + c];
+        }
+        for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+            for (int i = 0; i < n_q; i++) memcpy(qh + (size_t)i * hd, q + i * qs + (size_t)h * hd, (size_t)hd * sizeof *qh);
+            matmul(cb->tp, s, qh, kh, GB_TYPE_F32, n_q, hd, n_kv);
+            struct softmax_args a = {s, n_kv, scale};
+            parallel_range(cb, n_q, 8L * n_kv, softmax_rows, &a);
+            matmul(cb->tp, oh, s, vt, GB_TYPE_F32, n_q, n_kv, hd);
+            for (int i = 0; i < n_q; i++) memcpy(out + i * qs + (size_t)h * hd, oh + (size_t)i * hd, (size_t)hd * sizeof *oh);
+        }
+    }
 }

@@ -858,8 +858,9 @@ const struct backend_ops cuda_ops = {
     cu_moe_route,
     cu_moe_combine,
     cu_weight_status,
-    /* im2col1d, layernorm, groupnorm, unary (the speech models): not on CUDA yet; a
-     * Moonshine model refuses to load here, naming the op */
+    /* im2col1d, layernorm, groupnorm, unary, attention_dense (the speech models): not on
+     * CUDA yet; a Moonshine model refuses to load here, naming the op */
+    nullptr,
     nullptr,
     nullptr,
     nullptr,

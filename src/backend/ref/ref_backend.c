@@ -480,6 +480,33 @@ static void ref_unary(struct backend *be, float *x, long n, int kind) {
     }
 }
 
+static void ref_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v,
+                                int n_q, int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch) {
+    (void)be;
+    (void)scratch;
+    const int group = n_head / n_head_kv;
+    double *sc = ref_xmalloc((size_t)n_kv * sizeof *sc);
+    for (int i = 0; i < n_q; i++)
+        for (int h = 0; h < n_head; h++) {
+            const float *qi = q + ((size_t)i * n_head + h) * hd;
+            const size_t ko = (size_t)(h / group) * hd, ks = (size_t)n_head_kv * hd;
+            double mx = -DBL_MAX, sum = 0;
+            for (int j = 0; j < n_kv; j++) {
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += (double)qi[c] * k[j * ks + ko + c];
+                sc[j] = d * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = 0; j < n_kv; j++) sum += (sc[j] = exp(sc[j] - mx));
+            for (int c = 0; c < hd; c++) {
+                double acc = 0;
+                for (int j = 0; j < n_kv; j++) acc += sc[j] * v[j * ks + ko + c];
+                out[((size_t)i * n_head + h) * hd + c] = (float)(acc / sum);
+            }
+        }
+    free(sc);
+}
+
 static const struct backend_ops ref_ops = {
     .name = "ref",
     .host_memory = 1,
@@ -523,6 +550,7 @@ static const struct backend_ops ref_ops = {
     .layernorm = ref_layernorm,
     .groupnorm = ref_groupnorm,
     .unary = ref_unary,
+    .attention_dense = ref_attention_dense,
 };
 
 struct backend *backend_ref_new(void) {
