@@ -591,6 +591,59 @@ gerbil_status gerbil_embed(gerbil_embedder_t e, const char *const *texts, int n,
                            float *out, int *n_tokens);
 gerbil_status gerbil_embed_ids(gerbil_embedder_t e, const int32_t *const *ids, const int *n_ids, int n,
                                const gerbil_embed_options *o, float *out, int *n_tokens);
+/* ---- audio in (src/audio/) and speech-to-text (Moonshine) ---- */
+/* Limits checked before anything is allocated from a file's header. */
+enum { GERBIL_AUDIO_MAX_SECONDS = 4 * 3600, GERBIL_AUDIO_MAX_CHANNELS = 64, GERBIL_AUDIO_MAX_RATE = 768000 };
+/* Decode an audio file (WAV, FLAC, OGG Vorbis, OGG Opus, MP3, ... through libsndfile) to mono
+ * f32 samples in [-1, 1] (channels averaged), resampled to `rate` Hz with libsoxr (rate <= 0:
+ * the file's own rate). *pcm: malloc'd (gerbil_audio_free), *n samples; *rate_in (may be
+ * NULL) = the file's rate. GERBIL_ERR_IO (cannot open), GERBIL_ERR_FORMAT (not audio,
+ * empty, truncated, corrupt), GERBIL_ERR_INVALID_ARG (longer than the limit). */
+gerbil_status gerbil_audio_read_file(const char *path, int rate, float **pcm, int64_t *n, int *rate_in);
+/* The same from a file's bytes in memory (an upload). */
+gerbil_status gerbil_audio_read_memory(const void *data, size_t size, int rate, float **pcm, int64_t *n,
+                                       int *rate_in);
+/* Mono f32 from rate_in to rate_out Hz (libsoxr, SOXR_HQ). */
+gerbil_status gerbil_audio_resample(const float *in, int64_t n, int rate_in, int rate_out, float **out,
+                                    int64_t *n_out);
+void gerbil_audio_free(float *pcm);
+
+/* Speech-to-text models (MoonshineForConditionalGeneration folders) load with
+ * gerbil_model_load; contexts and sessions refuse them. Input: mono f32 at
+ * gerbil_stt_sample_rate() (16 kHz). */
+int gerbil_model_is_stt(gerbil_model_t m);
+int gerbil_stt_sample_rate(gerbil_model_t m);
+typedef struct gerbil_stt_params {
+    double window_s;   /* audio longer than this is transcribed in windows of it (default 24 s) */
+    double overlap_s;  /* consecutive windows overlap by this much (default 2 s) */
+    int max_tokens;    /* tokens per window at most (0: 6.5 a second + 8, within the positions) */
+    int ignore_eos;    /* 1: decode max_tokens regardless of EOS */
+} gerbil_stt_params;
+gerbil_stt_params gerbil_stt_default_params(void);
+typedef struct gerbil_stt_segment {
+    double start, end; /* seconds */
+    int32_t *ids;      /* the window's tokens (no start token, no EOS) */
+    int n_ids;
+    int joined_from;   /* ids[0 .. joined_from) repeat the previous window's end and were left out of the join */
+} gerbil_stt_segment;
+typedef struct gerbil_stt_result {
+    int32_t *ids;      /* every window's tokens, joined */
+    int n_ids;
+    gerbil_stt_segment *segments;
+    int n_segments;
+    double audio_s, encode_ms, decode_ms;
+} gerbil_stt_result;
+/* Greedy transcription (decoder start token, EOS from generation_config.json), in
+ * overlapping windows for long audio (p may be NULL: the defaults). */
+gerbil_status gerbil_stt_transcribe(gerbil_model_t m, const float *pcm, int64_t n, const gerbil_stt_params *p,
+                                    gerbil_stt_result **out);
+void gerbil_stt_result_free(gerbil_stt_result *r);
+/* The decoder's logits [n_ids][n_vocab] for decoder ids ids[0 .. n_ids) (teacher forcing)
+ * over the encoding of pcm (one window). */
+gerbil_status gerbil_stt_logits(gerbil_model_t m, const float *pcm, int64_t n, const int32_t *ids, int n_ids,
+                                float *logits);
+/* The encoder's output [*n_frames][n_embd] (malloc'd; free()). */
+gerbil_status gerbil_stt_encode(gerbil_model_t m, const float *pcm, int64_t n, float **out, int *n_frames);
 
 #ifdef __cplusplus
 }

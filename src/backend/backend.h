@@ -263,7 +263,37 @@ struct backend_ops {
      * device out of memory; the message set when it happened), else GERBIL_OK. NULL: the
      * backend's weight_prepare never fails. The loader asks after each tensor. */
     gerbil_status (*weight_status)(struct backend *be);
+
+    /* ---- ops of the encoder-decoder speech models (Moonshine); NULL where a backend lacks
+     * them (the model refuses to load there, naming the op) ---- */
+    /* The columns of a 1-D convolution (a conv is then im2col1d + matmul with the weight
+     * [C_out][C * K] as PyTorch stores it): x [T_in][C] time-major, kernel K, stride s,
+     * col [T_out][C * K] with col[t][c * K + k] = x[t * s + k][c], T_out = (T_in - K) / s + 1. */
+    void (*im2col1d)(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride);
+    /* LayerNorm over rows of width n: y = (x - mean) / sqrt(var + eps) * w + b, var the
+     * biased variance; w and b may each be NULL (1 and 0). y may alias x. */
+    void (*layernorm)(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps,
+                      int n_rows, int n);
+    /* GroupNorm of x [T][C] (C channels at T positions, time-major) in G groups of C / G
+     * consecutive channels: statistics over all T positions of a group's channels, then
+     * y[t][c] = (x - mean_g) / sqrt(var_g + eps) * w[c] + b[c]. y may alias x. */
+    void (*groupnorm)(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps, int T,
+                      int C, int G);
+    /* x = f(x) in place, f: GB_UNARY_TANH or GB_UNARY_GELU (the erf form, torch's default). */
+    void (*unary)(struct backend *be, float *x, long n, int kind);
+    /* Attention without a KV pool, every query over every key (the encoder's self-attention,
+     * the decoder's cross-attention): q, out [n_q][n_head][hd]; k, v [n_kv][n_head_kv][hd];
+     * query head h reads kv head h / (n_head / n_head_kv); scores (q . k) * scale, softmax
+     * over the n_kv keys. scratch: attn_dense_floats(n_q, n_kv, hd) floats of backend memory. */
+    void (*attention_dense)(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
+                            int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
 };
+
+static inline size_t attn_dense_floats(int n_q, int n_kv, int hd) {
+    return (size_t)n_q * hd * 2 + 2 * (size_t)n_kv * hd + (size_t)n_q * n_kv;
+}
+
+enum { GB_UNARY_TANH = 0, GB_UNARY_GELU = 1 };
 
 struct backend {
     const struct backend_ops *ops;
@@ -372,6 +402,23 @@ static inline void op_moe_combine(struct backend *be, float *out, const float *y
 static inline void op_lora(struct backend *be, float *y, const float *x, int n_in, int n_out,
                            const struct lora_seg *segs, int n_segs) {
     if (n_segs > 0) be->ops->lora(be, y, x, n_in, n_out, segs, n_segs);
+}
+static inline void op_im2col1d(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride) {
+    be->ops->im2col1d(be, col, x, T_in, C, K, stride);
+}
+static inline void op_layernorm(struct backend *be, float *y, const float *x, const float *w, const float *b,
+                                float eps, int n_rows, int n) {
+    be->ops->layernorm(be, y, x, w, b, eps, n_rows, n);
+}
+static inline void op_groupnorm(struct backend *be, float *y, const float *x, const float *w, const float *b,
+                                float eps, int T, int C, int G) {
+    be->ops->groupnorm(be, y, x, w, b, eps, T, C, G);
+}
+static inline void op_unary(struct backend *be, float *x, long n, int kind) { be->ops->unary(be, x, n, kind); }
+static inline void op_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v,
+                                      int n_q, int n_kv, int n_head, int n_head_kv, int hd, float scale,
+                                      float *scratch) {
+    be->ops->attention_dense(be, out, q, k, v, n_q, n_kv, n_head, n_head_kv, hd, scale, scratch);
 }
 
 #endif

@@ -200,6 +200,9 @@ gerbil_status gerbil_context_new(gerbil_model_t m, const gerbil_context_params *
     *out = NULL;
     const struct model_config *c = &m->cfg;
     gerbil_context_params p = params ? *params : gerbil_context_default_params();
+    if (m->stt)
+        return err_set(GERBIL_ERR_UNSUPPORTED, "%s is a speech-to-text model: it transcribes audio (gerbil transcribe, "
+                       "gerbil logits --audio), it does not generate text from a prompt", c->arch_name);
     if (p.kv_type != GERBIL_KV_F16 && p.kv_type != GERBIL_KV_F32)
         return err_set(GERBIL_ERR_INVALID_ARG, "unknown kv cache type %d", (int)p.kv_type);
     if (p.n_taps < 0 || (p.n_taps > 0 && !p.tap_layers))

@@ -81,6 +81,7 @@ struct gerbil_model {
     size_t weight_bytes;
     int64_t n_params;
     struct lora_registry *lora;       /* loaded LoRA adapters by id (lora.c), or NULL */
+    struct moonshine *stt;            /* a speech-to-text model (moonshine.c), else NULL */
 };
 
 /* ---- contexts: many sequences, one batch per forward (context.c) ---- */
@@ -176,6 +177,13 @@ struct gerbil_session {
  * each (progress may be NULL). */
 gerbil_status session_eval_progress(gerbil_session_t s, const int32_t *ids, int n, float *logits, int all_logits,
                                     void (*progress)(void *user, int done, int total), void *user);
+
+/* Moonshine speech-to-text (moonshine.c): a folder whose config.json names it; load it
+ * into m (config, checkpoint, backend, weights); free what it added. */
+int moonshine_detect(const char *dir);
+gerbil_status moonshine_load(struct gerbil_model *m, const char *dir, const gerbil_model_params *p,
+                             const struct st_load_opts *lo);
+void moonshine_free(struct gerbil_model *m);
 
 /* Bind and validate the weights of cfg's architecture. */
 gerbil_status llama_bind_weights(struct gerbil_model *m);

@@ -69,6 +69,15 @@ gerbil_status gerbil_model_load(const char *path, const gerbil_model_params *par
         return err_set(GERBIL_ERR_IO, "%s: no such file or directory (expected a Hugging Face model folder "
                        "or a .gguf file)", path);
     }
+    if (is_dir(path) && moonshine_detect(path)) { /* speech-to-text: its own loader (moonshine.c) */
+        st = moonshine_load(m, path, &p, &lo);
+        if (st != GERBIL_OK) { err_prefix(st, "%s", path); goto fail; }
+        wsrc_seal(&m->src);
+        pthread_mutex_init(&m->lock, NULL);
+        m->lock_ready = 1;
+        *out = m;
+        return GERBIL_OK;
+    }
     if (is_dir(path)) {
         /* a Hugging Face folder: config.json + safetensors (plain or MLX-quantized) */
         st = model_config_load(path, &m->cfg);
@@ -106,6 +115,7 @@ fail:
 void gerbil_model_free(gerbil_model_t m) {
     if (!m) return;
     lora_registry_free(m);
+    moonshine_free(m);
     if (m->f32_dev) m->be->ops->buf_free(m->be, m->f32_dev, m->f32_bytes);
     backend_free(m->be);
     wsrc_close(&m->src);
@@ -171,6 +181,23 @@ static size_t recurrent_layers(const struct model_config *c, int *n_dn, int *n_s
 
 gerbil_status gerbil_model_describe(gerbil_model_t m, char *buf, size_t cap) {
     const struct model_config *c = &m->cfg;
+    if (m->stt) {
+        snprintf(buf, cap,
+                 "architecture:   %s (speech-to-text, 16 kHz audio in)\n"
+                 "parameters:     %lld (%.2f M)\n"
+                 "decoder layers: %d\n"
+                 "hidden size:    %d\n"
+                 "ffn size:       %d\n"
+                 "heads:          %d (kv %d, head_dim %d)\n"
+                 "vocab:          %d\n"
+                 "positions:      %d\n"
+                 "tied embedding: %s\n"
+                 "weights:        %.1f MiB\n",
+                 c->arch_name, (long long)m->n_params, m->n_params / 1e6, c->n_layer, c->n_embd, c->n_ff, c->n_head,
+                 c->n_head_kv, c->head_dim, c->n_vocab, c->n_ctx_train, c->tie_embeddings ? "yes" : "no",
+                 m->weight_bytes / 1048576.0);
+        return GERBIL_OK;
+    }
     /* dtype histogram over the weights actually bound */
     int64_t by_type[GB_TYPE_COUNT] = {0};
     int64_t n_elems = 0;

@@ -1488,6 +1488,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         {"/v1/chat/completions", 1}, {"/chat/completions", 1}, {"/v1/completions", 1}, {"/completions", 1},
         {"/v1/models", 0}, {"/models", 0}, {"/metrics", 0}, {"/tokenize", 1}, {"/detokenize", 1},
         {"/v1/embeddings", 1}, {"/embeddings", 1},
+        {"/v1/audio/transcriptions", 1}, {"/audio/transcriptions", 1}, /* audio.c */
     };
     int route = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -1518,6 +1519,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     case 4: case 5: return handle_models(srv, conn);
     case 6: return handle_metrics(srv, conn);
     case 7: return handle_tokenize(srv, conn, body, cc->body.n);
+    case 9: case 10: {
+        struct srv_reply rp;
+        srv_audio_transcriptions(srv, conn, body, cc->body.n, &rp);
+        enum MHD_Result r = send_body(srv, conn, rp.status, rp.type, rp.body ? rp.body : "", rp.len, NULL);
+        free(rp.body);
+        return r;
+    }
     default: return handle_detokenize(srv, conn, body, cc->body.n);
     }
 }

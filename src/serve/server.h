@@ -3,7 +3,8 @@
  * of the scheduler (sched.h).
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings (embed.c), GET /v1/models, GET /health,
- * GET /metrics, POST /tokenize, POST /detokenize, GET / (the chat page). Errors are
+ * GET /metrics, POST /tokenize, POST /detokenize, GET / (the chat page), and with --stt-model
+ * POST /v1/audio/transcriptions (audio.c). Errors are
  * OpenAI's {"error": {"message", "type", "param", "code"}}. */
 #ifndef GB_SERVE_SERVER_H
 #define GB_SERVE_SERVER_H
@@ -56,7 +57,21 @@ struct server {
     struct srv_gcache gcache[SRV_GRAMMAR_CACHE];
     uint64_t gtick;
     int tool_fmt;              /* enum srv_tool_fmt of the chat template */
+    gerbil_model_t stt;        /* --stt-model: the speech-to-text model of /v1/audio/transcriptions, or NULL */
+    gerbil_tokenizer_t stt_tok;
 };
+
+/* POST /v1/audio/transcriptions (audio.c): the reply's status, content type and body
+ * (malloc'd; http.c sends and frees it). */
+struct MHD_Connection;
+struct srv_reply {
+    int status;
+    const char *type;
+    char *body;
+    size_t len;
+};
+void srv_audio_transcriptions(struct server *srv, struct MHD_Connection *conn, const char *body, size_t n,
+                              struct srv_reply *out);
 
 /* Bind and start serving (every route answers 503 until server_ready). Prints errors. */
 int server_start(struct server *srv, const struct srv_config *cfg);

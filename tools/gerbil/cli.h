@@ -92,6 +92,7 @@ int cli_fail(const char *what, gerbil_status st);
 
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_transcribe(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "      --batch N        most rows per step: decode rows + prefill chunks (default 512)\n"
             "      --no-prefix-cache  do not keep prompts' KV blocks for later requests\n"
             "      --max-body BYTES request body limit (default 16777216)\n"
+            "      --stt-model M    a speech-to-text model (Moonshine) for POST /v1/audio/transcriptions\n"
+            "                       (multipart: file, model, response_format json|text|verbose_json)\n"
             "  -c, --ctx-size N     positions per sequence, prompt + completion (default: the model's, at most 4096)\n");
     cli_print_model_opts_help(f);
 }
@@ -60,6 +62,7 @@ int cmd_serve(int argc, char **argv) {
                              .max_n = 16};
     int parallel = 8, queue = 64, chunk = 64, batch = 512, prefix = 1;
     float kv_gib = 0;
+    const char *stt_ref = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = cli_parse_model_opt(argc, argv, &i, &o);
@@ -68,7 +71,8 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         if (!strcmp(a, "--no-prefix-cache")) { prefix = 0; continue; }
         static const char *const value_flags[] = {"--host", "--port", "--parallel", "--queue", "--kv-mem", "--api-key",
-                                                  "--alias", "--cors", "--chunk", "--batch", "--max-body"};
+                                                  "--alias", "--cors", "--chunk", "--batch", "--max-body",
+                                                  "--stt-model"};
         int known = 0;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++) known |= !strcmp(a, value_flags[k]);
         if (!known) {
@@ -77,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!(v = cli_value(argc, argv, &i))) return 2;
         int bad = 0, tmp;
+        if (!strcmp(a, "--stt-model")) { stt_ref = v; continue; }
         if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--port")) bad = cli_parse_int(a, v, 0, 65535, &cfg.port);
         else if (!strcmp(a, "--parallel")) bad = cli_parse_int(a, v, 1, 1024, &parallel);
@@ -171,6 +176,28 @@ int cmd_serve(int argc, char **argv) {
         server_stop(&srv);
         return 1;
     }
+    struct cli_model_opts so = {.model = stt_ref, .n_threads = o.n_threads, .backend = "cpu", .token = o.token};
+    if (stt_ref) { /* the speech model of /v1/audio/transcriptions (audio.c) */
+        char tp[4200];
+        struct stat tst;
+        int bad = cli_open(&so, &srv.stt, NULL);
+        if (!bad && !gerbil_model_is_stt(srv.stt)) {
+            fprintf(stderr, "gerbil serve: --stt-model %s is not a speech-to-text model (Moonshine)\n", stt_ref);
+            bad = 1;
+        }
+        if (!bad) snprintf(tp, sizeof tp, "%s/tokenizer.json", so.model);
+        if (!bad && stat(tp, &tst) == 0 && gerbil_tokenizer_load(so.model, &srv.stt_tok) != GERBIL_OK)
+            bad = cli_fail("cannot load the speech model's tokenizer", GERBIL_ERR_FORMAT);
+        if (bad) {
+            gerbil_model_free(srv.stt);
+            sched_free(s);
+            gerbil_model_free(m);
+            server_stop(&srv);
+            return 1;
+        }
+        fprintf(stderr, "gerbil serve: speech-to-text model %s for /v1/audio/transcriptions%s\n", stt_ref,
+                srv.stt_tok ? "" : " (no tokenizer.json: texts are empty)");
+    }
     srv.cfg.n_ctx_seq = n_ctx;
     if (srv.cfg.max_n > parallel) srv.cfg.max_n = parallel; /* n choices run at once */
     server_ready(&srv, s, m, tg.tok, tg.tmpl);
@@ -206,5 +233,7 @@ int cmd_serve(int argc, char **argv) {
     gerbil_chat_template_free(tg.tmpl);
     gerbil_tokenizer_free(tg.tok);
     gerbil_model_free(m);
+    if (srv.stt_tok) gerbil_tokenizer_free(srv.stt_tok);
+    gerbil_model_free(srv.stt);
     return 0;
 }

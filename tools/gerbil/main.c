@@ -23,6 +23,7 @@ static const struct {
     {"rm", cmd_rm, "remove a model from the Hugging Face cache"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching and a chat page"},
     {"grammar", cmd_grammar, "check text against a JSON Schema / GBNF / regex constraint; mask timings"},
+    {"transcribe", cmd_transcribe, "speech to text (Moonshine) from an audio file"},
     {"quantize", cmd_quantize, "convert a Hugging Face folder to GGUF (f16, q8_0, k-quants) or MLX 4/8-bit"},
 };
 

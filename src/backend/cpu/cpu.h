@@ -75,6 +75,15 @@ void cpu_rmsnorm_gated(struct backend *be, float *y, const float *x, const float
 void cpu_delta_rule(struct backend *be, const struct delta_args *a);
 void cpu_deltanet_gates(struct backend *be, float *beta, float *g, const float *a, const float *dt_bias, int n_rows,
                         int nv);
+/* Ops of the speech models (cpu_speech.c). */
+void cpu_im2col1d(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride);
+void cpu_layernorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps,
+                   int n_rows, int n);
+void cpu_groupnorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps, int T,
+                   int C, int G);
+void cpu_unary(struct backend *be, float *x, long n, int kind);
+void cpu_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
+                         int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
 /* Floats of delta-rule scratch one thread needs for heads of dk x dv. */
 size_t delta_scratch_floats(int dk, int dv);
 

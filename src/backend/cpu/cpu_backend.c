@@ -581,6 +581,11 @@ static const struct backend_ops cpu_ops = {
     .moe_route = cpu_moe_route,
     .moe_combine = cpu_moe_combine,
     .lora = cpu_lora,
+    .im2col1d = cpu_im2col1d,
+    .layernorm = cpu_layernorm,
+    .groupnorm = cpu_groupnorm,
+    .unary = cpu_unary,
+    .attention_dense = cpu_attention_dense,
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests

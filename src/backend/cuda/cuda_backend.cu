@@ -861,6 +861,13 @@ const struct backend_ops cuda_ops = {
     cu_moe_combine,
     NULL, /* lora: not yet on CUDA (gerbil_adapter_load refuses) */
     cu_weight_status,
+    /* im2col1d, layernorm, groupnorm, unary, attention_dense (the speech models): not on
+     * CUDA yet; a Moonshine model refuses to load here, naming the op */
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 } // namespace

@@ -446,6 +446,93 @@ static void ref_lora(struct backend *be, float *y, const float *x, int n_in, int
     }
 }
 
+/* ---- speech-model ops (Moonshine) ---- */
+
+static void ref_im2col1d(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride) {
+    (void)be;
+    const int T_out = (T_in - K) / stride + 1;
+    for (int t = 0; t < T_out; t++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++)
+                col[((size_t)t * C + c) * K + k] = x[((size_t)t * stride + k) * C + c];
+}
+
+/* Mean and biased variance in double, the result rounded once to f32. */
+static void ref_layernorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps,
+                          int n_rows, int n) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        double m = 0, v = 0;
+        for (int i = 0; i < n; i++) m += xr[i];
+        m /= n;
+        for (int i = 0; i < n; i++) v += (xr[i] - m) * (xr[i] - m);
+        v /= n;
+        const double inv = 1.0 / sqrt(v + eps);
+        for (int i = 0; i < n; i++)
+            yr[i] = (float)((xr[i] - m) * inv * (w ? w[i] : 1.0) + (b ? b[i] : 0.0));
+    }
+}
+
+static void ref_groupnorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps,
+                          int T, int C, int G) {
+    (void)be;
+    GB_ASSERT(G > 0 && C % G == 0);
+    const int cg = C / G;
+    for (int g = 0; g < G; g++) {
+        double m = 0, v = 0;
+        for (int t = 0; t < T; t++)
+            for (int c = g * cg; c < (g + 1) * cg; c++) m += x[(size_t)t * C + c];
+        m /= (double)T * cg;
+        for (int t = 0; t < T; t++)
+            for (int c = g * cg; c < (g + 1) * cg; c++) {
+                double d = x[(size_t)t * C + c] - m;
+                v += d * d;
+            }
+        v /= (double)T * cg;
+        const double inv = 1.0 / sqrt(v + eps);
+        for (int t = 0; t < T; t++)
+            for (int c = g * cg; c < (g + 1) * cg; c++)
+                y[(size_t)t * C + c] = (float)((x[(size_t)t * C + c] - m) * inv * w[c] + b[c]);
+    }
+}
+
+static void ref_unary(struct backend *be, float *x, long n, int kind) {
+    (void)be;
+    for (long i = 0; i < n; i++) {
+        const double v = x[i];
+        x[i] = (float)(kind == GB_UNARY_TANH ? tanh(v) : 0.5 * v * (1.0 + erf(v / sqrt(2.0))));
+    }
+}
+
+static void ref_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v,
+                                int n_q, int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch) {
+    (void)be;
+    (void)scratch;
+    const int group = n_head / n_head_kv;
+    double *sc = ref_xmalloc((size_t)n_kv * sizeof *sc);
+    for (int i = 0; i < n_q; i++)
+        for (int h = 0; h < n_head; h++) {
+            const float *qi = q + ((size_t)i * n_head + h) * hd;
+            const size_t ko = (size_t)(h / group) * hd, ks = (size_t)n_head_kv * hd;
+            double mx = -DBL_MAX, sum = 0;
+            for (int j = 0; j < n_kv; j++) {
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += (double)qi[c] * k[j * ks + ko + c];
+                sc[j] = d * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = 0; j < n_kv; j++) sum += (sc[j] = exp(sc[j] - mx));
+            for (int c = 0; c < hd; c++) {
+                double acc = 0;
+                for (int j = 0; j < n_kv; j++) acc += sc[j] * v[j * ks + ko + c];
+                out[((size_t)i * n_head + h) * hd + c] = (float)(acc / sum);
+            }
+        }
+    free(sc);
+}
+
 static const struct backend_ops ref_ops = {
     .name = "ref",
     .host_memory = 1,
@@ -486,6 +573,11 @@ static const struct backend_ops ref_ops = {
     .moe_route = ref_moe_route,
     .moe_combine = ref_moe_combine,
     .lora = ref_lora,
+    .im2col1d = ref_im2col1d,
+    .layernorm = ref_layernorm,
+    .groupnorm = ref_groupnorm,
+    .unary = ref_unary,
+    .attention_dense = ref_attention_dense,
 };
 
 struct backend *backend_ref_new(void) {
