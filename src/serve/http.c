@@ -1503,14 +1503,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         return send_error(srv, conn, 503, NULL, srv->stopping ? "shutting_down" : "loading",
                           srv->stopping ? "The server is shutting down" : "The model is still loading");
     const char *body = cc->body.p ? cc->body.p : "";
-    if (route >= 9) { /* embeddings (embed.c) */
+    enum { R_EMBED = 9, R_AUDIO = 11 }; /* the routes[] indexes of /v1/embeddings and /v1/audio/transcriptions */
+    if (route == R_EMBED || route == R_EMBED + 1) { /* embeddings (embed.c) */
         char *t = NULL;
         const int status = srv_embeddings(srv, body, cc->body.n, &t);
         enum MHD_Result r = send_body(srv, conn, status, "application/json", t ? t : "{}", t ? strlen(t) : 2, NULL);
         free(t);
         return r;
     }
-    if (!srv->s && route != 4 && route != 5 && route != 7 && route != 8) /* an embedding model: no scheduler */
+    if (!srv->s && route != 4 && route != 5 && route != 7 && route != 8 && route != R_AUDIO &&
+        route != R_AUDIO + 1) /* an embedding model: no scheduler */
         return send_error(srv, conn, 400, "model", "model_not_supported",
                           "model \"%s\" is an embedding model: use /v1/embeddings", srv->cfg.alias);
     switch (route) {
@@ -1519,7 +1521,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     case 4: case 5: return handle_models(srv, conn);
     case 6: return handle_metrics(srv, conn);
     case 7: return handle_tokenize(srv, conn, body, cc->body.n);
-    case 9: case 10: {
+    case R_AUDIO: case R_AUDIO + 1: {
         struct srv_reply rp;
         srv_audio_transcriptions(srv, conn, body, cc->body.n, &rp);
         enum MHD_Result r = send_body(srv, conn, rp.status, rp.type, rp.body ? rp.body : "", rp.len, NULL);
