@@ -33,7 +33,7 @@ struct spec {
     const gerbil_generate_params *p;
     gerbil_sampler_t sampler;
     int32_t *hist;
-    int n_hist;
+    int n_hist, n_prompt;
     /* verify batch */
     int32_t vtok[SPEC_MAX_DRAFT + 1], vseq[SPEC_MAX_DRAFT + 1];
     int8_t vflag[SPEC_MAX_DRAFT + 1], vnone[SPEC_MAX_DRAFT + 1];
@@ -137,7 +137,25 @@ static gerbil_status draft_model(struct spec *sp, int k, int32_t *out, int *n_ou
     const int room = gerbil_session_n_ctx(sp->ds) - gerbil_session_n_past(sp->ds);
     if (room < sp->n_hist - sp->n_dhist + k) k = room - (sp->n_hist - sp->n_dhist);
     if (k <= 0) return GERBIL_OK;
-    GB_TRY(gerbil_session_eval(sp->ds, sp->hist + sp->n_dhist, sp->n_hist - sp->n_dhist, sp->dlogits, 0));
+    /* the prompt as the target read it (chunks at multiples of n_batch), what came after as
+     * verify rows: the draft's rows compute what the target's did (a draft = the target
+     * accepts everything) */
+    for (int at = sp->n_dhist; at < sp->n_hist;) {
+        if (at < sp->n_prompt) {
+            GB_TRY(gerbil_session_eval(sp->ds, sp->hist + at, sp->n_prompt - at, sp->dlogits, 0));
+            at = sp->n_prompt;
+            continue;
+        }
+        int n = sp->n_hist - at;
+        if (n > SPEC_MAX_DRAFT + 1) n = SPEC_MAX_DRAFT + 1;
+        int32_t dseq[SPEC_MAX_DRAFT + 1];
+        int8_t last[SPEC_MAX_DRAFT + 1] = {0};
+        for (int i = 0; i < n; i++) dseq[i] = sp->ds->seq;
+        last[n - 1] = 1;
+        const gerbil_batch b = {.n_rows = n, .tokens = sp->hist + at, .seq = dseq, .logits = last, .verify = sp->vflag};
+        GB_TRY(ctx_eval(sp->ds->ctx, &b, sp->dlogits));
+        at += n;
+    }
     memcpy(sp->dhist + sp->n_dhist, sp->hist + sp->n_dhist, (size_t)(sp->n_hist - sp->n_dhist) * sizeof(int32_t));
     sp->n_dhist = sp->n_hist;
     gerbil_seq_checkpoint(sp->ds->ctx, sp->ds->seq);
@@ -272,7 +290,7 @@ gerbil_status spec_generate(gerbil_session_t s, gerbil_sampler_t sampler, const 
                             float *logits, int32_t *hist, int n_hist, int32_t *out, gerbil_generate_result *res) {
     const gerbil_spec_params *gp = &p->spec;
     struct spec sp = {.s = s, .cx = s->ctx, .seq = s->seq, .V = s->model->cfg.n_vocab, .p = p, .sampler = sampler,
-                      .hist = hist, .n_hist = n_hist, .greedy = sampler_greedy(sampler)};
+                      .hist = hist, .n_hist = n_hist, .n_prompt = n_hist, .greedy = sampler_greedy(sampler)};
     sp.base = gerbil_seq_len(sp.cx, sp.seq) - n_hist;
     sp.recurrent = gerbil_context_has_recurrent(sp.cx);
     sp.k_max = gp->draft_max <= 0 ? 5 : gp->draft_max;
