@@ -367,8 +367,14 @@ gerbil_status spec_generate(gerbil_session_t s, gerbil_sampler_t sampler, const 
         /* rows kept: pending and the accepted drafts (all of them when the bonus row was reached) */
         if (!stop && (st = rewind_to(&sp, sp.n_hist - 1)) != GERBIL_OK) break;
     }
-    /* as plain decoding leaves it: every token but the last generated one evaluated */
+    /* as plain decoding leaves it: every token but the last generated one evaluated; the
+     * draft holding a prefix of that */
     if (st == GERBIL_OK && res->n_generated > 0) st = rewind_to(&sp, sp.n_hist - 1);
+    if (st == GERBIL_OK && sp.ds) {
+        int c = 0;
+        while (c < sp.n_dhist && c < sp.n_hist - 1 && sp.dhist[c] == sp.hist[c]) c++;
+        gerbil_session_truncate(sp.ds, sp.base + c);
+    }
     free(sp.vlogits);
     free(sp.ids);
     free(sp.probs);
