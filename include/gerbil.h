@@ -272,6 +272,7 @@ typedef enum gerbil_spec_kind {
     GERBIL_SPEC_NGRAM,  /* prompt lookup: the tokens after the latest earlier match of the last 1-4 tokens */
     GERBIL_SPEC_DRAFT,  /* a draft model with the target's vocabulary (spec.draft) */
     GERBIL_SPEC_DFLASH, /* DFlash-2 block drafter: not yet implemented (GERBIL_ERR_UNSUPPORTED) */
+    GERBIL_SPEC_CUSTOM, /* the caller's drafter (spec.draft_fn), e.g. for benchmarks; greedy drafts (q one-hot) */
 } gerbil_spec_kind;
 
 typedef struct gerbil_spec_params {
@@ -283,6 +284,10 @@ typedef struct gerbil_spec_params {
     int draft_max;   /* most draft tokens per verify step (1..32; <= 0: 5) */
     int draft_min;   /* fewest while acceptance is low (0..draft_max; 0: plain decode steps, probing
                         again now and then); draft_min == draft_max: a fixed length */
+    /* GERBIL_SPEC_CUSTOM: write up to k tokens to follow hist[0..n_hist) (the call's prompt and
+     * the tokens generated so far) into out; return how many (0: a plain decode step). */
+    int (*draft_fn)(void *user, const int32_t *hist, int n_hist, int k, int32_t *out);
+    void *draft_user;
 } gerbil_spec_params;
 
 typedef struct gerbil_generate_params {

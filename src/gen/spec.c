@@ -70,7 +70,9 @@ gerbil_status spec_check(gerbil_session_t s, const gerbil_generate_params *p) {
     if (sp->kind == GERBIL_SPEC_DFLASH)
         return err_set(GERBIL_ERR_UNSUPPORTED, "speculative decoding with DFlash drafters is not yet implemented "
                        "(use ngram or draft)");
-    if (sp->kind != GERBIL_SPEC_NGRAM && sp->kind != GERBIL_SPEC_DRAFT)
+    if (sp->kind == GERBIL_SPEC_CUSTOM && !sp->draft_fn)
+        return err_set(GERBIL_ERR_INVALID_ARG, "a custom drafter needs draft_fn");
+    if (sp->kind != GERBIL_SPEC_NGRAM && sp->kind != GERBIL_SPEC_DRAFT && sp->kind != GERBIL_SPEC_CUSTOM)
         return err_set(GERBIL_ERR_INVALID_ARG, "unknown speculative decoding kind %d", (int)sp->kind);
     if (p->grammar)
         return err_set(GERBIL_ERR_UNSUPPORTED, "speculative decoding together with a grammar constraint is not supported");
@@ -335,6 +337,13 @@ gerbil_status spec_generate(gerbil_session_t s, gerbil_sampler_t sampler, const 
         int nd = 0;
         if (k > 0) {
             if (gp->kind == GERBIL_SPEC_NGRAM) nd = draft_ngram(sp.hist, sp.n_hist, k, d);
+            else if (gp->kind == GERBIL_SPEC_CUSTOM) {
+                nd = gp->draft_fn(gp->draft_user, sp.hist, sp.n_hist, k, d);
+                if (nd < 0 || nd > k) { st = err_set(GERBIL_ERR_INVALID_ARG, "the drafter returned %d tokens (0..%d)", nd, k); break; }
+                for (int i = 0; i < nd; i++)
+                    if (d[i] < 0 || d[i] >= sp.V) { st = err_set(GERBIL_ERR_INVALID_ARG, "the drafter proposed token %d outside the vocabulary", (int)d[i]); break; }
+                if (st != GERBIL_OK) break;
+            }
             else if ((st = draft_model(&sp, k, d, &nd)) != GERBIL_OK) break;
         }
         const int32_t pending = sp.hist[sp.n_hist - 1];
