@@ -7,6 +7,7 @@
 #include <time.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
 int main(int c, char**v){
+  if(c<2){fprintf(stderr,"usage: spec_rows MODEL\n");return 2;}
   gerbil_model_params mp=gerbil_model_default_params(); mp.n_threads=2; gerbil_model_t m;
   if(gerbil_model_load(v[1],&mp,&m)){puts(gerbil_last_error());return 1;}
   gerbil_context_params cp=gerbil_context_default_params(); cp.n_ctx=512; gerbil_context_t cx; gerbil_context_new(m,&cp,&cx);
