@@ -142,6 +142,11 @@ typedef struct gerbil_batch {
                                 row of each sequence */
     const int32_t *adapter;  /* [n_rows] LoRA adapter ids (gerbil_adapter_load; 0: the bare base), or NULL: all 0.
                                 Rows of one batch may use different adapters (of different ranks). */
+    /* [n_rows] 1: this row's sequence's rows in this batch compute exactly (bit for bit) what
+     * evaluating them one row per call computes, e.g. to verify a speculative draft: its
+     * matmuls take the single-row method, attention the per-query path, recurrent layers
+     * the token-by-token form. A sequence is such when any of its rows is flagged. NULL: none. */
+    const int8_t *verify;
 } gerbil_batch;
 
 gerbil_context_params gerbil_context_default_params(void);
@@ -288,6 +293,36 @@ typedef enum gerbil_stop_reason {
     GERBIL_STOP_GRAMMAR,    /* the grammar constraint allows no token at all (a dead end) */
 } gerbil_stop_reason;
 
+/* Speculative decoding (src/gen/spec.c): a drafter proposes tokens, one forward of the
+ * target over [last token + draft] (gerbil_batch.verify rows) checks them, and the
+ * longest prefix plain decoding would produce is kept; the KV cache is cut back and a
+ * recurrent state restored (checkpoint before the verify, replay of the kept rows). The
+ * tokens are those of plain decoding: greedy token for token; sampled (temperature > 0)
+ * with rejection sampling (Leviathan et al.), so the output distribution is the
+ * sampler chain's, reproducible for a seed (its draws differ from plain sampling's). */
+typedef enum gerbil_spec_kind {
+    GERBIL_SPEC_NONE = 0,
+    GERBIL_SPEC_NGRAM,  /* prompt lookup: the tokens after the latest earlier match of the last 1-4 tokens */
+    GERBIL_SPEC_DRAFT,  /* a draft model with the target's vocabulary (spec.draft) */
+    GERBIL_SPEC_DFLASH, /* DFlash-2 block drafter: not yet implemented (GERBIL_ERR_UNSUPPORTED) */
+    GERBIL_SPEC_CUSTOM, /* the caller's drafter (spec.draft_fn), e.g. for benchmarks; greedy drafts (q one-hot) */
+} gerbil_spec_kind;
+
+typedef struct gerbil_spec_params {
+    gerbil_spec_kind kind;
+    /* GERBIL_SPEC_DRAFT: a session of the draft model, holding the same tokens as the target
+     * session when gerbil_generate is called (both new, or both truncated alike); it is fed
+     * the prompt and the drafts. */
+    gerbil_session_t draft;
+    int draft_max;   /* most draft tokens per verify step (1..32; <= 0: 5) */
+    int draft_min;   /* fewest while acceptance is low (0..draft_max; 0: plain decode steps, probing
+                        again now and then); draft_min == draft_max: a fixed length */
+    /* GERBIL_SPEC_CUSTOM: write up to k tokens to follow hist[0..n_hist) (the call's prompt and
+     * the tokens generated so far) into out; return how many (0: a plain decode step). */
+    int (*draft_fn)(void *user, const int32_t *hist, int n_hist, int k, int32_t *out);
+    void *draft_user;
+} gerbil_spec_params;
+
 typedef struct gerbil_generate_params {
     int max_tokens;          /* default 512, as in the reference engine */
     int ignore_eos;          /* keep going past EOS ids */
@@ -302,12 +337,15 @@ typedef struct gerbil_generate_params {
      * its EOS ids end generation); a token that is the only one allowed is taken without
      * sampling, and runs of such forced tokens go through one forward. */
     struct gerbil_grammar_state *grammar;
+    gerbil_spec_params spec; /* speculative decoding (kind 0: off); not with a grammar */
 } gerbil_generate_params;
 
 typedef struct gerbil_generate_result {
     int n_prompt, n_generated;
     gerbil_stop_reason stop;
     double prompt_s, gen_s;  /* wall time of prefill and of the decode steps */
+    /* speculative decoding: verify forwards, draft tokens proposed, and accepted */
+    int n_verify, n_drafted, n_accepted;
 } gerbil_generate_result;
 
 gerbil_generate_params gerbil_generate_default_params(void);

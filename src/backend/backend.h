@@ -43,6 +43,8 @@ struct gb_seg {
     int pos0;              /* their KV positions pos0 .. pos0 + n_rows - 1 (the sequence held pos0) */
     const int32_t *blocks; /* its block table: position p in pool block blocks[p / KV_BLOCK] */
     int state;             /* its recurrent state slot */
+    int rowwise;           /* (recurrent segments) rows given as single decodes: recurrent
+                              layers take the token-by-token form, never a chunked one */
 };
 
 /* Which rows a matmul runs over and, for batch invariance, how each row's method is
@@ -66,6 +68,13 @@ struct gb_batch {
     const int32_t *tok;         /* [n_rows] token id, or -1 for a row given as an embedding */
     const int32_t *kv_row;      /* [n_rows] the pool row its K and V go to */
     const int32_t *pos;         /* [n_rows] its RoPE position */
+    /* The segments recurrent layers (conv1d, delta rule) run over: one per sequence. They
+     * equal segs except where a sequence's rows are evaluated as single decodes
+     * (gerbil_batch.verify): segs then has a segment of one row for each of them, at
+     * positions pos0, pos0 + 1, ... (attention, spans, RoPE tables, experts see single
+     * rows), and its recurrent segment is marked rowwise. */
+    int n_rsegs;
+    const struct gb_seg *rsegs;
 };
 
 static inline struct gb_rows batch_rows(const struct gb_batch *b) { return (struct gb_rows){b->n_rows, b->span}; }

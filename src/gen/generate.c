@@ -2,6 +2,7 @@
 #include "base/status.h"
 #include "base/timer.h"
 #include "gerbil.h"
+#include "gen/spec.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -94,6 +95,8 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
                        "(%d already used); use a larger --ctx-size or a shorter prompt",
                        n_prompt, n_ctx, n_past);
 
+    GB_TRY(spec_check(s, p));
+
     const int n_vocab = c->n_vocab;
     float *logits = malloc((size_t)n_vocab * sizeof(float));
     int32_t *hist = malloc(((size_t)n_prompt + (size_t)p->max_tokens) * sizeof(int32_t));
@@ -112,6 +115,13 @@ gerbil_status gerbil_generate(gerbil_session_t s, gerbil_sampler_t sampler, cons
     t0 = time_now_s();
     if (p->grammar) {
         st = st == GERBIL_OK ? generate_constrained(s, sampler, p, logits, hist, n_hist, out, res) : st;
+        res->gen_s = time_now_s() - t0;
+        free(logits);
+        free(hist);
+        return st;
+    }
+    if (p->spec.kind != GERBIL_SPEC_NONE) {
+        st = st == GERBIL_OK ? spec_generate(s, sampler, p, logits, hist, n_hist, out, res) : st;
         res->gen_s = time_now_s() - t0;
         free(logits);
         free(hist);

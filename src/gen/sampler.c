@@ -185,3 +185,71 @@ int gerbil_sampler_apply_mask(float *logits, int n_vocab, const uint64_t *mask) 
     }
     return allowed;
 }
+
+/* For speculative sampling (spec.c): the distribution gerbil_sampler_sample draws from —
+ * the same chain (penalty, temperature, top-k, softmax, min-p, top-p) — as k candidates
+ * ids[0..k) with probabilities probs[0..k) summing to 1 (ids and probs: n_vocab entries);
+ * greedy is the argmax with probability 1. Returns k. logits are modified in place. */
+int sampler_dist(gerbil_sampler_t s, float *logits, const int32_t *history, int n_history, int32_t *ids,
+                 double *probs) {
+    const int n = s->n_vocab;
+    const gerbil_sampler_params *p = &s->p;
+    if (p->repetition_penalty != 1.0f) {
+        for (int i = 0; i < n_history; i++)
+            if (history[i] >= 0 && history[i] < n) s->seen[history[i]] = 1;
+        for (int i = 0; i < n; i++) {
+            if (!s->seen[i]) continue;
+            logits[i] = logits[i] > 0 ? logits[i] / p->repetition_penalty : logits[i] * p->repetition_penalty;
+            s->seen[i] = 0;
+        }
+    }
+    if (p->temperature < 1e-6f) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (logit_beats(logits[i], logits[best])) best = i;
+        ids[0] = best;
+        probs[0] = 1.0;
+        return 1;
+    }
+    for (int i = 0; i < n; i++) s->cands[i] = (struct cand){cand_score(logits[i], p->temperature), i};
+    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    top_k_sort(s->cands, n, k);
+    const float mx = s->cands[0].s;
+    if (mx == -INFINITY) {
+        ids[0] = s->cands[0].id;
+        probs[0] = 1.0;
+        return 1;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < k; i++) {
+        s->cands[i].s = expf(s->cands[i].s - mx);
+        sum += s->cands[i].s;
+    }
+    for (int i = 0; i < k; i++) s->cands[i].s = (float)(s->cands[i].s / sum);
+    if (p->min_p > 0.0f) {
+        float floor_p = p->min_p * s->cands[0].s;
+        int m = 1;
+        while (m < k && s->cands[m].s >= floor_p) m++;
+        k = m;
+    }
+    double mass = 0.0;
+    int m = 0;
+    for (; m < k; m++) {
+        mass += s->cands[m].s;
+        if (p->top_p < 1.0f && mass >= p->top_p) { m++; break; }
+    }
+    k = m;
+    double total = 0.0;
+    for (int i = 0; i < k; i++) total += s->cands[i].s;
+    for (int i = 0; i < k; i++) {
+        ids[i] = s->cands[i].id;
+        probs[i] = s->cands[i].s / total;
+    }
+    return k;
+}
+
+/* A uniform draw in [0, 1) from the sampler's generator (spec.c's acceptance tests). */
+double sampler_uniform(gerbil_sampler_t s) { return rng_uniform(s->rng); }
+
+/* Whether the sampler is greedy (temperature 0). */
+int sampler_greedy(gerbil_sampler_t s) { return s->p.temperature < 1e-6f; }

@@ -108,10 +108,11 @@ static gerbil_status alloc_host(struct gerbil_context *cx) {
     const int half = cx->model->cfg.rope.n_dims / 2 > cx->model->cfg.rope_local.n_dims / 2
                          ? cx->model->cfg.rope.n_dims / 2 : cx->model->cfg.rope_local.n_dims / 2;
     cx->segs = calloc(B, sizeof *cx->segs);
+    cx->rsegs = calloc(B, sizeof *cx->rsegs);
     int32_t **arrs[] = {&cx->span, &cx->seg_of, &cx->tok, &cx->kv_row, &cx->pos, &cx->row_user, &cx->row_rank,
                         &cx->out_span, &cx->out_user, &cx->out_idx_host, &cx->seg_seq, &cx->seg_n, &cx->seg_outs,
-                        &cx->seg_sorted};
-    int ok = cx->segs != NULL;
+                        &cx->seg_sorted, &cx->seg_key, &cx->seg_first, &cx->seg_rw};
+    int ok = cx->segs != NULL && cx->rsegs != NULL;
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) ok &= (*arrs[i] = malloc(B * sizeof(int32_t))) != NULL;
     cx->seq_rows = calloc((size_t)cx->n_seq_max, sizeof *cx->seq_rows);
     cx->seq_seg = malloc((size_t)cx->n_seq_max * sizeof *cx->seq_seg);
@@ -285,6 +286,7 @@ void gerbil_context_free(gerbil_context_t cx) {
     free(cx->row_user); free(cx->row_rank); free(cx->out_span); free(cx->out_user); free(cx->out_idx_host);
     free(cx->seg_seq); free(cx->seg_n); free(cx->seg_outs); free(cx->seg_sorted);
     if (cx->lora) { free(cx->lora->runs); free(cx->lora->segs); free(cx->lora); }
+    free(cx->rsegs); free(cx->seg_key); free(cx->seg_first); free(cx->seg_rw);
     free(cx->seq_rows); free(cx->seq_seg); free(cx->freq_host);
     free(cx->tap_layers); free(cx->logits); free(cx->hidden);
     free(cx);
@@ -532,10 +534,14 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
         const int32_t sid = ub->seq[i];
         if (cx->seq_rows[sid]++ == 0) {
             cx->seq_seg[sid] = n_segs;
+            cx->seg_rw[n_segs] = 0;
             cx->seg_seq[n_segs++] = sid;
         }
+        if (ub->verify && ub->verify[i]) cx->seg_rw[cx->seq_seg[sid]] = 1;
     }
     for (int k = 0; k < n_segs; k++) cx->seg_n[k] = cx->seq_rows[cx->seg_seq[k]];
+    /* a verified sequence's rows are segments of one row each: they sort as size 1 */
+    for (int k = 0; k < n_segs; k++) cx->seg_key[k] = cx->seg_rw[k] ? 1 : cx->seg_n[k];
     for (int i = 0; i < n; i++) cx->seq_rows[ub->seq[i]] = 0;
     int need = 0;
     for (int k = 0; k < n_segs; k++) {
@@ -560,7 +566,8 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
                        "%d of %d are free", need, KV_BLOCK, cx->blocks.n_free, cx->blocks.n_blocks);
 
     for (int k = 0; k < n_segs; k++) cx->seg_sorted[k] = k;
-    sort_by(cx->seg_sorted, n_segs, cx->seg_n);                  /* segments by size */
+    sort_by(cx->seg_sorted, n_segs, cx->seg_key);                /* segments by size */
+    int n_rs = 0; /* row segments (segs) */
     for (int r = 0, row = 0; r < n_segs; r++) {
         const int k = cx->seg_sorted[r];
         const int32_t sid = cx->seg_seq[k];
@@ -569,8 +576,15 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
             gerbil_status st = kvb_extend(&cx->blocks, &s->kv, s->len, s->len + cx->seg_n[k], copy_block, cx);
             GB_ASSERT(st == GERBIL_OK); /* the blocks were counted above */
         }
-        cx->segs[r] = (struct gb_seg){.row0 = row, .n_rows = cx->seg_n[k], .pos0 = s->len, .blocks = s->kv.blocks,
-                                      .state = sid};
+        const int rw = cx->seg_rw[k] && cx->seg_n[k] > 1;
+        cx->rsegs[r] = (struct gb_seg){.row0 = row, .n_rows = cx->seg_n[k], .pos0 = s->len, .blocks = s->kv.blocks,
+                                       .state = sid, .rowwise = rw};
+        cx->seg_first[r] = n_rs;
+        if (rw)
+            for (int i = 0; i < cx->seg_n[k]; i++)
+                cx->segs[n_rs++] = (struct gb_seg){.row0 = row + i, .n_rows = 1, .pos0 = s->len + i,
+                                                   .blocks = s->kv.blocks, .state = sid};
+        else cx->segs[n_rs++] = cx->rsegs[r];
         cx->seq_seg[sid] = r;
         row += cx->seg_n[k];
     }
@@ -580,12 +594,12 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
     for (int i = 0; i < n; i++) {
         const int32_t sid = ub->seq[i];
         const int r = cx->seq_seg[sid];
-        const struct gb_seg *sg = &cx->segs[r];
+        const struct gb_seg *sg = &cx->rsegs[r];
         const int k = cx->seq_rows[sid]++, t = sg->row0 + k;
         cx->row_user[t] = i;
         cx->tok[t] = ub->tokens[i];
-        cx->span[t] = sg->n_rows;
-        cx->seg_of[t] = r;
+        cx->span[t] = sg->rowwise ? 1 : sg->n_rows;
+        cx->seg_of[t] = cx->seg_first[r] + (sg->rowwise ? k : 0);
         cx->kv_row[t] = cx->kv_mem ? (int32_t)kv_pool_row(sg->blocks, sg->pos0 + k) : 0;
         cx->pos[t] = ub->pos ? ub->pos[i] : sg->pos0 + k;
         const int want = ub->logits ? ub->logits[i] != 0 : k == sg->n_rows - 1;
@@ -593,11 +607,11 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
     }
     for (int i = 0; i < n; i++) cx->seq_rows[ub->seq[i]] = 0;
     /* the output rows by segment, the segments in ascending order of their output count */
-    for (int r = 0; r < n_segs; r++) cx->seg_outs[r] = 0;
+    for (int r = 0; r < n_rs; r++) cx->seg_outs[r] = 0;
     for (int t = 0; t < n; t++) cx->seg_outs[cx->seg_of[t]] += cx->row_rank[t] >= 0;
-    for (int r = 0; r < n_segs; r++) cx->seg_sorted[r] = r;
-    sort_by(cx->seg_sorted, n_segs, cx->seg_outs);
-    for (int j = 0, o = 0; j < n_segs; j++) {
+    for (int r = 0; r < n_rs; r++) cx->seg_sorted[r] = r;
+    sort_by(cx->seg_sorted, n_rs, cx->seg_outs);
+    for (int j = 0, o = 0; j < n_rs; j++) {
         const int r = cx->seg_sorted[j];
         for (int t = cx->segs[r].row0; t < cx->segs[r].row0 + cx->segs[r].n_rows; t++)
             if (cx->row_rank[t] >= 0) {
@@ -607,8 +621,9 @@ static gerbil_status plan_batch(struct gerbil_context *cx, const gerbil_batch *u
             }
     }
     *n_out = outs;
-    *gb = (struct gb_batch){.n_rows = n, .n_segs = n_segs, .segs = cx->segs, .span = cx->span, .seg_of = cx->seg_of,
-                            .tok = cx->tok, .kv_row = cx->kv_row, .pos = cx->pos};
+    *gb = (struct gb_batch){.n_rows = n, .n_segs = n_rs, .segs = cx->segs, .span = cx->span, .seg_of = cx->seg_of,
+                            .tok = cx->tok, .kv_row = cx->kv_row, .pos = cx->pos, .n_rsegs = n_segs,
+                            .rsegs = n_rs == n_segs ? cx->segs : cx->rsegs};
     return GERBIL_OK;
 }
 
@@ -663,8 +678,8 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
             kvb_truncate(&cx->blocks, &s->kv, s->len);
         }
     if (st == GERBIL_OK && !dest && (st = grow_outputs(cx, n_out)) != GERBIL_OK)
-        for (int r = 0; r < gb.n_segs; r++) { /* give back the blocks the rows took */
-            struct ctx_seq *s = &cx->seqs[gb.segs[r].state];
+        for (int r = 0; r < gb.n_rsegs; r++) { /* give back the blocks the rows took */
+            struct ctx_seq *s = &cx->seqs[gb.rsegs[r].state];
             kvb_truncate(&cx->blocks, &s->kv, s->len);
         }
     if (st != GERBIL_OK) {
@@ -708,7 +723,7 @@ gerbil_status ctx_eval(struct gerbil_context *cx, const gerbil_batch *ub, float 
             be->ops->download(be, cx->hidden + ((size_t)tp * cx->cap_out + cx->out_user[i]) * D,
                               cx->a.taps + ((size_t)tp * cx->n_batch + i) * D, (size_t)D * sizeof(float));
     be->ops->sync(be);
-    for (int r = 0; r < gb.n_segs; r++) cx->seqs[gb.segs[r].state].len += gb.segs[r].n_rows;
+    for (int r = 0; r < gb.n_rsegs; r++) cx->seqs[gb.rsegs[r].state].len += gb.rsegs[r].n_rows;
     cx->n_out = dest == cx->logits ? n_out : 0;
     pthread_mutex_unlock(&m->lock);
     return GERBIL_OK;

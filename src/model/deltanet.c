@@ -120,7 +120,7 @@ void deltanet_forward(const struct fwd *f, int l) {
         lora_apply(f, l, LT_DN_A, a->dn_g, a->xn);
     }
     op_conv1d(be, a->dn_conv, a->dn_in, ctx_state(cx, cx->conv_off[l]), w->conv_w, C, d->conv_kernel, 1,
-              f->b->segs, f->b->n_segs);
+              f->b->rsegs, f->b->n_rsegs);
     op_l2norm_heads(be, a->dn_conv, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f / sqrtf((float)d->k_dim));
     op_l2norm_heads(be, a->dn_conv + key_dim, n, d->n_k_heads, d->k_dim, C, 1e-6f, 1.0f);
     op_deltanet_gates(be, a->dn_beta, a->dn_g, w->ssm_a, w->dt_bias, n, NV);
@@ -128,7 +128,7 @@ void deltanet_forward(const struct fwd *f, int l) {
         .x = a->dn_conv, .qk_stride = C, .v_stride = C, .q_off = 0, .k_off = key_dim, .v_off = 2 * key_dim,
         .g = a->dn_g, .beta = a->dn_beta, .out = a->dn_out, .state = ctx_state(cx, cx->delta_off[l]),
         .nk = d->n_k_heads, .nv = NV, .dk = d->k_dim, .dv = d->v_dim, .v_tiled = d->v_heads_tiled,
-        .segs = f->b->segs, .n_segs = f->b->n_segs,
+        .segs = f->b->rsegs, .n_segs = f->b->n_rsegs,
     };
     op_delta_rule(be, &da);
     op_rmsnorm_gated(be, a->dn_out, a->dn_out, a->dn_z, w->dn_norm, c->norm_eps, n * NV, d->v_dim);

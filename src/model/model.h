@@ -144,6 +144,8 @@ struct gerbil_context {
     int32_t *out_idx_host, *out_span, *out_user; /* (n_batch) output rows in lm_head order: row, span, number */
     int32_t *seg_seq, *seg_n, *seg_outs, *seg_sorted; /* (n_batch) per segment: sequence, rows, outputs, an order */
     int32_t *seq_rows, *seq_seg;      /* (n_seq_max) per sequence: rows counted, its segment */
+    struct gb_seg *rsegs;             /* (n_batch) the recurrent segments (gb_batch.rsegs) */
+    int32_t *seg_key, *seg_first, *seg_rw; /* (n_batch) per segment: sort key, first row segment, verify */
     float *freq_host;                 /* (n_batch, half) dynamic RoPE tables */
     float rope_scale[2];              /* [global, local] attention factors (YaRN) */
     int rope_dynamic[2];

@@ -75,7 +75,7 @@ void shortconv_forward(const struct fwd *f, int l) {
     op_matmul(be, a->sc_in, a->xn, &w->w_sc_in, w->b_sc_in, f->rows);      /* [B | C | x] */
     op_mul_rows(be, a->sc_bx, B, 3 * D, X, 3 * D, NULL, n, D);             /* Bx = B * x */
     op_conv1d(be, a->sc_conv, a->sc_bx, ctx_state(cx, cx->conv_off[l]), w->conv_w, D, c->sc.kernel, 0,
-              f->b->segs, f->b->n_segs);
+              f->b->rsegs, f->b->n_rsegs);
     op_mul_rows(be, a->sc_bx, C, 3 * D, a->sc_conv, D, w->b_conv, n, D);   /* y = C * (conv + bias) */
     op_matmul(be, a->xn, a->sc_bx, &w->w_out, w->b_out, f->rows);          /* xn = y W_out^T */
 }

@@ -50,6 +50,7 @@ static void help(FILE *f) {
                "                            sampling, as for gerbil run (--seed -1, the default: random)\n"
                "  -v, --verbose             say the seed and the model\n"
                "  -q, --quiet               no tokens/s line after each answer\n");
+    textgen_spec_help(f);
     cli_print_model_opts_help(f);
 }
 
@@ -176,6 +177,7 @@ static int chat_main(int argc, char **argv, const unsigned char *attached) {
         free(system);
         return 2;
     }
+    if (textgen_spec_check(&tg, "chat")) return 2;
     textgen_seed(&tg);
 
     int rc = 1;
@@ -195,6 +197,7 @@ static int chat_main(int argc, char **argv, const unsigned char *attached) {
     }
     o.quiet = tg.quiet;
     if (cli_open(&o, &tg.model, &tg.session)) goto done;
+    if (textgen_open_draft(&tg, "chat", &o)) goto done;
     const int n_ctx = gerbil_session_n_ctx(tg.session);
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
@@ -288,7 +291,9 @@ static int chat_main(int argc, char **argv, const unsigned char *attached) {
         keep = gerbil_session_n_past(tg.session); /* recurrent models rewind to a checkpoint */
         struct textgen_out out;
         interrupted = 0;
-        bad = textgen_run(&tg, ids + keep, n - keep, stdout, &out);
+        bad = textgen_draft_sync(&tg, ids, keep); /* the draft model holds what the model holds */
+        if (!bad) bad = textgen_run(&tg, ids + keep, n - keep, stdout, &out);
+        else memset(&out, 0, sizeof out);
         fputc('\n', stdout);
         fflush(stdout);
         if (!bad) {
@@ -333,6 +338,7 @@ done:
     gerbil_tokenizer_free(tg.tok);
     gerbil_session_free(tg.session);
     gerbil_model_free(tg.model);
+    textgen_spec_free(&tg);
     return rc;
 }
 

@@ -39,6 +39,7 @@ static void help(FILE *f) {
                "      --grammar FILE        constrain the output to a llama.cpp GBNF grammar\n"
                "      --regex RE            constrain the output to match RE (ECMAScript syntax)\n"
                "      --json-object         constrain the output to any JSON object (--json is the output format)\n");
+    textgen_spec_help(f);
     cli_print_model_opts_help(f);
 }
 
@@ -60,9 +61,16 @@ static void print_json(const struct textgen *tg, const int32_t *prompt, int n_pr
     for (int i = 0; i < o->n_ids; i++) printf(i ? ", %d" : "%d", (int)o->ids[i]);
     printf("], \"n_prompt\": %d, \"n_generated\": %d, \"stop_reason\": \"%s\", \"seed\": %llu, "
            "\"timings\": {\"prompt_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
-           "\"gen_ms\": %.3f, \"gen_tokens_per_s\": %.3f}}\n",
+           "\"gen_ms\": %.3f, \"gen_tokens_per_s\": %.3f",
            r->n_prompt, r->n_generated, textgen_stop_name(o), (unsigned long long)tg->sampling.seed, r->prompt_s * 1e3,
            pp, r->gen_s * 1e3, tgs);
+    if (tg->gen.spec.kind != GERBIL_SPEC_NONE) /* speculative decoding: drafts and verify steps */
+        printf(", \"spec\": \"%s\", \"spec_verify_steps\": %d, \"spec_drafted\": %d, \"spec_accepted\": %d, "
+               "\"spec_acceptance_rate\": %.4f, \"spec_tokens_per_verify\": %.4f",
+               tg->gen.spec.kind == GERBIL_SPEC_NGRAM ? "ngram" : "draft", r->n_verify, r->n_drafted, r->n_accepted,
+               r->n_drafted ? (double)r->n_accepted / r->n_drafted : 0.0,
+               r->n_verify ? (double)(r->n_accepted + r->n_verify) / r->n_verify : 0.0);
+    printf("}}\n");
 }
 
 /* A prompt read from a file or stdin: one trailing newline dropped (as llama.cpp's -f),
@@ -171,6 +179,7 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
         fprintf(stderr, "gerbil run: give one prompt: text, '-', -f FILE or --ids, not several\n");
         return 2;
     }
+    if (textgen_spec_check(&tg, "run")) return 2;
     textgen_seed(&tg);
 
     int32_t *prompt = NULL;
@@ -242,6 +251,11 @@ static int run_main(int argc, char **argv, const unsigned char *attached) {
     }
     o.quiet = tg.quiet;
     if (cli_open(&o, &tg.model, &tg.session)) goto done;
+    if (textgen_open_draft(&tg, "run", &o)) goto done;
+    if (cflag && tg.gen.spec.kind != GERBIL_SPEC_NONE) {
+        fprintf(stderr, "gerbil run: --spec does not combine with %s yet\n", cflag);
+        goto done;
+    }
     /* the constraint needs the model's vocabulary size and EOS ids */
     if (cflag && run_constraint_open(&rcon, &tg, cflag, cval)) goto done;
     if (tg.verbose)
@@ -279,6 +293,7 @@ done:
     gerbil_tokenizer_free(tg.tok);
     gerbil_session_free(tg.session);
     gerbil_model_free(tg.model);
+    textgen_spec_free(&tg);
     return rc;
 }
 

@@ -28,6 +28,29 @@ int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv
         tg->n_vars = 1;
         return 1;
     }
+    if (!strcmp(a, "--spec")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "ngram")) tg->gen.spec.kind = GERBIL_SPEC_NGRAM;
+        else if (!strcmp(v, "draft")) tg->gen.spec.kind = GERBIL_SPEC_DRAFT;
+        else if (!strcmp(v, "dflash")) tg->gen.spec.kind = GERBIL_SPEC_DFLASH;
+        else {
+            fprintf(stderr, "gerbil %s: --spec: expected ngram, draft or dflash, got \"%s\"\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(a, "--draft")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        tg->draft_ref = v;
+        return 1;
+    }
+    if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft-min")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        const int mx = !strcmp(a, "--draft-max");
+        if (cli_parse_int(a, v, mx ? 1 : 0, 32, mx ? &tg->gen.spec.draft_max : &tg->gen.spec.draft_min)) return -1;
+        tg->draft_max_set |= mx;
+        return 1;
+    }
     static const char *const value_flags[] = {"--max-tokens", "-n", "--temperature", "--temp", "--top-k", "--top-p",
                                               "--min-p", "--repeat-penalty", "--repetition-penalty", "--seed",
                                               "--stop"};
@@ -301,4 +324,83 @@ const char *textgen_stop_name(const struct textgen_out *out) {
     case GERBIL_STOP_GRAMMAR: return "grammar";
     default: return "max_tokens";
     }
+}
+
+/* ---- speculative decoding ---- */
+
+void textgen_spec_help(FILE *f) {
+    fprintf(f, "      --spec ngram|draft|dflash  speculative decoding (the same tokens, faster when drafts are\n"
+               "                            accepted): ngram = prompt lookup, draft = a draft model (--draft);\n"
+               "                            dflash: not yet implemented\n"
+               "      --draft MODEL         the draft model (same vocabulary as the model; implies --spec draft)\n"
+               "      --draft-max K         most draft tokens per verify step (1-32, default 5)\n"
+               "      --draft-min K         fewest while acceptance is low (0-32, default 0: plain steps,\n"
+               "                            probing again now and then; = --draft-max: a fixed length)\n");
+}
+
+int textgen_spec_check(struct textgen *tg, const char *cmd) {
+    gerbil_spec_params *sp = &tg->gen.spec;
+    if (tg->draft_ref && sp->kind == GERBIL_SPEC_NONE) sp->kind = GERBIL_SPEC_DRAFT;
+    if (sp->kind == GERBIL_SPEC_DFLASH) {
+        fprintf(stderr, "gerbil %s: --spec dflash: DFlash block drafters are not yet implemented "
+                        "(use --spec ngram, or --spec draft --draft MODEL)\n", cmd);
+        return 1;
+    }
+    if (sp->kind == GERBIL_SPEC_DRAFT && !tg->draft_ref) {
+        fprintf(stderr, "gerbil %s: --spec draft needs --draft MODEL\n", cmd);
+        return 1;
+    }
+    if (sp->kind == GERBIL_SPEC_NGRAM && tg->draft_ref) {
+        fprintf(stderr, "gerbil %s: --draft is for --spec draft, not --spec ngram\n", cmd);
+        return 1;
+    }
+    if (sp->kind == GERBIL_SPEC_NONE && (tg->draft_max_set || sp->draft_min)) {
+        fprintf(stderr, "gerbil %s: --draft-max/--draft-min need --spec ngram|draft\n", cmd);
+        return 1;
+    }
+    const int mx = sp->draft_max > 0 ? sp->draft_max : 5;
+    if (sp->draft_min > mx) {
+        fprintf(stderr, "gerbil %s: --draft-min %d exceeds --draft-max %d\n", cmd, sp->draft_min, mx);
+        return 1;
+    }
+    return 0;
+}
+
+int textgen_open_draft(struct textgen *tg, const char *cmd, const struct cli_model_opts *o) {
+    if (tg->gen.spec.kind != GERBIL_SPEC_DRAFT) return 0;
+    struct cli_model_opts d = *o;
+    d.model = tg->draft_ref;
+    d.ref = tg->draft_ref;
+    d.default_model = 0;
+    d.from_env = 0;
+    if (cli_open(&d, &tg->draft_model, &tg->draft_session)) {
+        fprintf(stderr, "gerbil %s: (that was the draft model, --draft %s)\n", cmd, tg->draft_ref);
+        return 1;
+    }
+    const int vt = gerbil_model_n_vocab(tg->model), vd = gerbil_model_n_vocab(tg->draft_model);
+    if (vt != vd) {
+        fprintf(stderr, "gerbil %s: --draft %s: its vocabulary has %d tokens, the model's %d; a draft model needs "
+                        "the model's tokenizer\n", cmd, tg->draft_ref, vd, vt);
+        return 1;
+    }
+    tg->gen.spec.draft = tg->draft_session;
+    return 0;
+}
+
+int textgen_draft_sync(struct textgen *tg, const int32_t *ids, int n) {
+    if (!tg->draft_session) return 0;
+    gerbil_session_truncate(tg->draft_session, n);
+    const int at = gerbil_session_n_past(tg->draft_session);
+    if (at < n) {
+        gerbil_status s = gerbil_session_eval(tg->draft_session, ids + at, n - at, NULL, 0);
+        if (s != GERBIL_OK) return cli_fail("draft model", s);
+    }
+    return 0;
+}
+
+void textgen_spec_free(struct textgen *tg) {
+    gerbil_session_free(tg->draft_session);
+    gerbil_model_free(tg->draft_model);
+    tg->draft_session = NULL;
+    tg->draft_model = NULL;
 }

@@ -4,6 +4,7 @@
 #define GERBIL_TEXTGEN_H
 
 #include "gerbil.h"
+#include "cli.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +26,11 @@ struct textgen {
     int seed_fixed;                /* --seed S given (else a random seed, --seed -1) */
     int verbose, quiet;            /* -v/--verbose, -q/--quiet */
     const char *template_file;     /* --chat-template FILE: replaces the model's template */
+    /* speculative decoding: --spec KIND (in gen.spec), --draft MODEL, --draft-max/--draft-min K */
+    const char *draft_ref;
+    gerbil_model_t draft_model;
+    gerbil_session_t draft_session;
+    int draft_max_set;
 };
 
 struct textgen_out {
@@ -40,6 +46,17 @@ struct textgen_out {
  * --think/--no-think). Returns 1 if argv[*i] (and its value) was one, 0 if not, -1 on
  * a bad value (message printed). */
 int textgen_parse_opt(struct textgen *tg, const char *cmd, int argc, char **argv, int *i);
+
+/* --spec / --draft / --draft-max / --draft-min, parsed by textgen_parse_opt: their
+ * consistency (dflash: not yet implemented; draft needs --draft) before anything loads,
+ * then the draft model loaded with the target's options (o) and checked against the
+ * target's vocabulary. Print errors; 0 on success. */
+int textgen_spec_check(struct textgen *tg, const char *cmd);
+int textgen_open_draft(struct textgen *tg, const char *cmd, const struct cli_model_opts *o);
+/* Make the draft session hold ids[0..n) (what the target session holds), as chat turns need. */
+int textgen_draft_sync(struct textgen *tg, const int32_t *ids, int n);
+void textgen_spec_help(FILE *f);
+void textgen_spec_free(struct textgen *tg);
 
 /* The seed sampling uses: --seed's, else a random one (stored in tg->sampling.seed). */
 uint64_t textgen_seed(struct textgen *tg);

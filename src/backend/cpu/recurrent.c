@@ -314,7 +314,7 @@ static void delta_worker(void *p, int ith, int nth) {
         const struct gb_seg *sg = &a->segs[item / a->nv];
         const int h = (int)(item % a->nv);
         float *St = a->state.base + (size_t)sg->state * a->state.slot_floats + (size_t)h * a->dk * a->dv;
-        if (sg->n_rows > 1) delta_head_chunked(a, sg->row0, sg->n_rows, h, St, scratch);
+        if (sg->n_rows > 1 && !sg->rowwise) delta_head_chunked(a, sg->row0, sg->n_rows, h, St, scratch);
         else delta_head_recurrent(a, sg->row0, sg->n_rows, h, St);
     }
 }
