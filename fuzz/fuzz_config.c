@@ -17,7 +17,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int l = 0; l < c.n_layer; l++)
             if (c.layer_kind[l] > LAYER_SHORTCONV || c.layer_sliding[l] > 1 || (c.layer_moe && c.layer_moe[l] > 1))
                 abort();
-        if (c.n_eos < 0 || c.n_eos > MODEL_MAX_EOS || c.sliding_window < 0 || c.rope.n_dims > c.head_dim) abort();
+        /* Gemma 4's full layers have their own head_dim (head_dim_full), rotated by c.rope */
+        const int widest = c.head_dim_full > c.head_dim ? c.head_dim_full : c.head_dim;
+        if (c.n_eos < 0 || c.n_eos > MODEL_MAX_EOS || c.sliding_window < 0 || c.rope.n_dims > widest ||
+            (c.has_rope_local && c.rope_local.n_dims > c.head_dim))
+            abort();
         model_config_free(&c);
     }
     return 0;
