@@ -114,7 +114,12 @@ static void top_k_sort(struct cand *c, int n, int k) {
     qsort(c, (size_t)k, sizeof *c, cand_desc);
 }
 
-int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history, int n_history) {
+/* The chain every draw comes from: repetition penalty -> temperature -> top-k -> softmax ->
+ * min-p -> top-p. Returns k >= 1 candidates s->cands[0..k) (sorted, probabilities summing
+ * to *total), or 0 when one token is certain (greedy; every candidate NaN or -inf: the
+ * lowest id), then in *only. logits are modified in place. */
+static int sampler_chain(gerbil_sampler_t s, float *logits, const int32_t *history, int n_history, double *total,
+                         int32_t *only) {
     const int n = s->n_vocab;
     const gerbil_sampler_params *p = &s->p;
 
@@ -133,7 +138,8 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
         int best = 0;
         for (int i = 1; i < n; i++)
             if (logit_beats(logits[i], logits[best])) best = i;
-        return best;
+        *only = best;
+        return 0;
     }
 
     for (int i = 0; i < n; i++) s->cands[i] = (struct cand){cand_score(logits[i], p->temperature), i};
@@ -142,7 +148,10 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
 
     /* softmax over the k candidates (sorted, so cands[0] is the max) */
     const float mx = s->cands[0].s;
-    if (mx == -INFINITY) return s->cands[0].id; /* every candidate NaN or -inf: the lowest id */
+    if (mx == -INFINITY) { /* every candidate NaN or -inf: the lowest id */
+        *only = s->cands[0].id;
+        return 0;
+    }
     double sum = 0.0;
     for (int i = 0; i < k; i++) {
         s->cands[i].s = expf(s->cands[i].s - mx);
@@ -165,9 +174,16 @@ int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *
         if (p->top_p < 1.0f && mass >= p->top_p) { m++; break; }
     }
     k = m;
-    double total = 0.0;
-    for (int i = 0; i < k; i++) total += s->cands[i].s;
+    *total = 0.0;
+    for (int i = 0; i < k; i++) *total += s->cands[i].s;
+    return k;
+}
 
+int32_t gerbil_sampler_sample(gerbil_sampler_t s, float *logits, const int32_t *history, int n_history) {
+    double total;
+    int32_t only;
+    const int k = sampler_chain(s, logits, history, n_history, &total, &only);
+    if (k == 0) return only;
     double r = rng_uniform(s->rng) * total, acc = 0.0;
     for (int i = 0; i < k; i++) {
         acc += s->cands[i].s;
@@ -192,55 +208,14 @@ int gerbil_sampler_apply_mask(float *logits, int n_vocab, const uint64_t *mask) 
  * greedy is the argmax with probability 1. Returns k. logits are modified in place. */
 int sampler_dist(gerbil_sampler_t s, float *logits, const int32_t *history, int n_history, int32_t *ids,
                  double *probs) {
-    const int n = s->n_vocab;
-    const gerbil_sampler_params *p = &s->p;
-    if (p->repetition_penalty != 1.0f) {
-        for (int i = 0; i < n_history; i++)
-            if (history[i] >= 0 && history[i] < n) s->seen[history[i]] = 1;
-        for (int i = 0; i < n; i++) {
-            if (!s->seen[i]) continue;
-            logits[i] = logits[i] > 0 ? logits[i] / p->repetition_penalty : logits[i] * p->repetition_penalty;
-            s->seen[i] = 0;
-        }
-    }
-    if (p->temperature < 1e-6f) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-            if (logit_beats(logits[i], logits[best])) best = i;
-        ids[0] = best;
+    double total;
+    int32_t only;
+    const int k = sampler_chain(s, logits, history, n_history, &total, &only);
+    if (k == 0) {
+        ids[0] = only;
         probs[0] = 1.0;
         return 1;
     }
-    for (int i = 0; i < n; i++) s->cands[i] = (struct cand){cand_score(logits[i], p->temperature), i};
-    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    top_k_sort(s->cands, n, k);
-    const float mx = s->cands[0].s;
-    if (mx == -INFINITY) {
-        ids[0] = s->cands[0].id;
-        probs[0] = 1.0;
-        return 1;
-    }
-    double sum = 0.0;
-    for (int i = 0; i < k; i++) {
-        s->cands[i].s = expf(s->cands[i].s - mx);
-        sum += s->cands[i].s;
-    }
-    for (int i = 0; i < k; i++) s->cands[i].s = (float)(s->cands[i].s / sum);
-    if (p->min_p > 0.0f) {
-        float floor_p = p->min_p * s->cands[0].s;
-        int m = 1;
-        while (m < k && s->cands[m].s >= floor_p) m++;
-        k = m;
-    }
-    double mass = 0.0;
-    int m = 0;
-    for (; m < k; m++) {
-        mass += s->cands[m].s;
-        if (p->top_p < 1.0f && mass >= p->top_p) { m++; break; }
-    }
-    k = m;
-    double total = 0.0;
-    for (int i = 0; i < k; i++) total += s->cands[i].s;
     for (int i = 0; i < k; i++) {
         ids[i] = s->cands[i].id;
         probs[i] = s->cands[i].s / total;
