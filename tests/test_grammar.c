@@ -425,6 +425,13 @@ static void test_schema_errors(void) {
         {"{\"type\":\"object\",\"minProperties\":2}", "minProperties"},
         {"{\"type\":", "not valid JSON"},
         {"{\"if\":{},\"then\":{}}", "\"if\""},
+        /* counts and bounds beyond int / long long (UB in the cast before) */
+        {"{\"type\":\"string\",\"maxLength\":2e10}", "above 10000"},
+        {"{\"type\":\"string\",\"minLength\":-3}", "non-negative"},
+        {"{\"type\":\"array\",\"maxItems\":1e300}", "above 10000"},
+        {"{\"type\":\"array\",\"minItems\":1.5}", "non-negative"},
+        {"{\"type\":\"integer\",\"minimum\":-1e300}", "beyond 1e18"},
+        {"{\"type\":\"integer\",\"exclusiveMaximum\":1e300}", "beyond 1e18"},
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         gerbil_grammar_t e = NULL;
@@ -498,6 +505,58 @@ static void test_api(void) {
     gerbil_grammar_free(g);
 }
 
+/* Ambiguity: nested repetitions stay small (positions with equal rests are one), and a
+ * grammar whose parser stacks really do multiply is refused with a clear error, not
+ * followed into gigabytes (the fuzzer found ((\\+)+)+... spending minutes in node_rehash). */
+static void test_ambiguity(void) {
+    char re[256] = "", *w = re;
+    for (int i = 0; i < 60; i++) *w++ = '(';
+    *w++ = 'a';
+    for (int i = 0; i < 60; i++) { *w++ = ')'; *w++ = '+'; }
+    *w = 0;
+    gerbil_grammar_t g = compile(GERBIL_GRAMMAR_REGEX, re, 0);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(engine_verdict(g, "aaaaaaaaaaaaaaaaaaaa", 20) == 1);
+        CHECK(engine_verdict(g, "aab", 3) == 0);
+        gerbil_grammar_state_t s;
+        gerbil_grammar_state_new(g, &s);
+        uint64_t *m = calloc((size_t)gerbil_grammar_mask_words(g), 8);
+        for (int i = 0; i < 40; i++) {
+            CHECK(gerbil_grammar_mask(s, m) == GERBIL_OK);
+            CHECK(gerbil_grammar_accept_bytes(s, "a", 1) == 1);
+        }
+        int n_nodes = 0;
+        gerbil_grammar_stats(g, NULL, &n_nodes, NULL);
+        CHECKF(n_nodes < 1000, "(...(a)+...)+ built %d parser stacks", n_nodes);
+        free(m);
+        gerbil_grammar_state_free(s);
+        gerbil_grammar_free(g);
+    }
+    /* a^k then k of b|c: 2^k distinct stacks after k a's */
+    static const char amb[] = "root ::= \"a\" root \"b\" | \"a\" root \"c\" | \"x\"";
+    g = compile(GERBIL_GRAMMAR_GBNF, amb, 0);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(engine_verdict(g, "aaxbc", 5) == 1);
+        gerbil_grammar_state_t s;
+        gerbil_grammar_state_new(g, &s);
+        uint64_t *m = calloc((size_t)gerbil_grammar_mask_words(g), 8);
+        gerbil_status st = GERBIL_OK;
+        int i = 0;
+        for (; i < 40 && st == GERBIL_OK; i++) {
+            st = gerbil_grammar_mask(s, m);
+            if (st == GERBIL_OK && gerbil_grammar_accept_bytes(s, "a", 1) != 1) break;
+        }
+        CHECKF(st == GERBIL_ERR_UNSUPPORTED && strstr(gerbil_last_error(), "too ambiguous"),
+               "after %d a's: status %d, %s", i, (int)st, gerbil_last_error());
+        CHECK(gerbil_grammar_accept_token(s, 300) != GERBIL_OK);
+        free(m);
+        gerbil_grammar_state_free(s);
+        gerbil_grammar_free(g);
+    }
+}
+
 /* gerbil_generate_object on stories260K at temperature 1: the JSON parses and validates */
 static void test_generate_object(void) {
     gerbil_model_params mp = gerbil_model_default_params();
@@ -557,6 +616,7 @@ int main(void) {
     test_documents();
     test_walks();
     test_generate_object();
+    test_ambiguity();
     gerbil_grammar_vocab_free(voc);
     gerbil_tokenizer_free(tok);
     return test_done();

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_DEPTH = 4096, TRUNC_K = 3 };
+/* MAX_NODES bounds the distinct parser stacks a grammar may build (about 40 bytes each):
+ * an ambiguous grammar can have exponentially many, and past this it is refused as too
+ * complex instead of eating memory and time. */
+enum { MAX_DEPTH = 4096, TRUNC_K = 3, MAX_NODES = 1 << 21 };
 
 /* ---- the vocabulary: token bytes and their trie ---- */
 struct tnode {
@@ -271,7 +274,8 @@ struct gerbil_grammar {
     int words;
     size_t cached_bytes, cache_budget;
     int32_t *walk;      /* [max_depth + 1] */
-    int oom, overflow;
+    int oom, overflow, toobig;
+    int32_t *canon;     /* [n_el]: the first position whose rest of alternative equals this one's */
     int32_t *rnum, *rq;  /* structure hashing: rule numbers (-1: unseen), queue */
 };
 
@@ -304,6 +308,7 @@ static int node_rehash(gerbil_grammar_t g) {
 
 /* node (pos, parent); -1 when too deep or out of memory */
 static int32_t node_get(gerbil_grammar_t g, int32_t pos, int32_t parent) {
+    pos = g->canon[pos];
     if ((uint32_t)g->n_nodes * 2 >= g->nslot_mask) {
         if (node_rehash(g)) { g->oom = 1; return -1; }
     }
@@ -312,6 +317,7 @@ static int32_t node_get(gerbil_grammar_t g, int32_t pos, int32_t parent) {
         if (g->nodes[i].pos == pos && g->nodes[i].parent == parent) return i;
     int depth = g->nodes[parent].depth + 1;
     if (depth > MAX_DEPTH) { g->overflow = 1; return -1; }
+    if (g->n_nodes >= MAX_NODES) { g->toobig = 1; return -1; }
     if (g->n_nodes == g->cap_nodes) {
         int c = g->cap_nodes * 2;
         void *q = realloc(g->nodes, (size_t)c * sizeof *g->nodes);
@@ -754,6 +760,7 @@ void gerbil_grammar_free(gerbil_grammar_t g) {
     free(g->out);
     free(g->walk);
     free(g->rnum);
+    free(g->canon);
     free(g->rq);
     gir_free(&g->ir);
     pthread_mutex_destroy(&g->mu);
@@ -794,6 +801,40 @@ static gerbil_status build_ir(gir *ir, gerbil_grammar_kind kind, const char *src
     return err_set(GERBIL_ERR_INVALID_ARG, "grammar: unknown kind %d", (int)kind);
 }
 
+static gerbil_status engine_err(gerbil_grammar_t g);
+
+/* Positions whose rests of alternative are the same element sequence behave the same, so
+ * nodes are keyed by one representative (the first such position): stacks that differ
+ * only in which copy of a sequence they sit in (X+ compiles to "X tail" and "tail ::= X
+ * tail", so (X+)+ would otherwise double the stacks at every level) become one stack. */
+static int canon_positions(gerbil_grammar_t g) {
+    int n = g->ir.n_el;
+    g->canon = malloc((size_t)(n ? n : 1) * sizeof *g->canon);
+    uint32_t m = 64;
+    while (m < (uint32_t)n * 2) m *= 2;
+    int32_t *slot = malloc((size_t)m * sizeof *slot);
+    if (!g->canon || !slot) { free(slot); return -1; }
+    memset(slot, 0xff, (size_t)m * sizeof *slot);
+    for (int pos = n - 1; pos >= 0; pos--) {
+        gelem e = g->ir.el[pos];
+        if (e.kind == GE_END) { g->canon[pos] = pos; continue; } /* never a node */
+        /* the rest after an element ending its alternative: -1 for every END */
+        int32_t next = g->ir.el[pos + 1].kind == GE_END ? -1 : g->canon[pos + 1];
+        uint32_t key = (uint32_t)e.kind << 30 | e.arg;
+        uint32_t h = hash2(key, (uint32_t)next) & (m - 1);
+        int32_t i;
+        for (; (i = slot[h]) >= 0; h = (h + 1) & (m - 1)) {
+            gelem f = g->ir.el[i];
+            int32_t fnext = g->ir.el[i + 1].kind == GE_END ? -1 : g->canon[i + 1];
+            if (f.kind == e.kind && f.arg == e.arg && fnext == next) break;
+        }
+        if (i < 0) { slot[h] = pos; i = pos; }
+        g->canon[pos] = i;
+    }
+    free(slot);
+    return 0;
+}
+
 gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_kind kind, const char *src,
                                      size_t len, const gerbil_grammar_params *p, gerbil_grammar_t *out) {
     *out = NULL;
@@ -811,6 +852,7 @@ gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_ki
     gerbil_status st = build_ir(&g->ir, kind, src, len, p);
     if (st == GERBIL_OK) st = gir_check(&g->ir);
     if (st != GERBIL_OK) { gerbil_grammar_free(g); return st; }
+    if (canon_positions(g)) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory"); }
     g->cap_nodes = 1024;
     g->cap_mark = 1024;
     g->nodes = malloc((size_t)g->cap_nodes * sizeof *g->nodes);
@@ -828,7 +870,7 @@ gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_ki
         closure(g);
     }
     g->start = state_get(g);
-    if (g->oom) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory"); }
+    if (g->oom || g->toobig) { st = engine_err(g); gerbil_grammar_free(g); return st; }
     if (g->start < 0) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_FORMAT, "grammar: matches nothing"); }
     *out = g;
     return GERBIL_OK;
@@ -862,6 +904,10 @@ int gerbil_grammar_mask_words(gerbil_grammar_t g) { return g ? g->words : 0; }
 
 static gerbil_status engine_err(gerbil_grammar_t g) {
     if (g->oom) return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory");
+    if (g->toobig)
+        return err_set(GERBIL_ERR_UNSUPPORTED,
+                       "grammar: too ambiguous to follow (over %d parser stacks; nested repetitions such as (a+)+ "
+                       "or overlapping alternatives multiply them)", MAX_NODES);
     return err_set(GERBIL_ERR_UNSUPPORTED, "grammar: nesting deeper than %d", MAX_DEPTH);
 }
 
@@ -873,7 +919,7 @@ gerbil_status gerbil_grammar_mask(gerbil_grammar_state_t s, uint64_t *bits) {
     }
     pthread_mutex_lock(&g->mu);
     compute_mask(g, s->s, bits);
-    gerbil_status st = g->oom ? engine_err(g) : GERBIL_OK;
+    gerbil_status st = g->oom || g->toobig ? engine_err(g) : GERBIL_OK;
     pthread_mutex_unlock(&g->mu);
     return st;
 }
@@ -907,7 +953,7 @@ gerbil_status gerbil_grammar_accept_token(gerbil_grammar_state_t s, int32_t id) 
     pthread_mutex_lock(&g->mu);
     int32_t cur = s->s;
     for (uint64_t k = v->off[id]; k < v->off[id + 1] && cur >= 0; k++) cur = step(g, cur, (unsigned char)v->bytes[k]);
-    int bad = g->oom || g->overflow;
+    int bad = g->oom || g->overflow || g->toobig;
     pthread_mutex_unlock(&g->mu);
     if (cur < 0) {
         if (bad) return engine_err(g);

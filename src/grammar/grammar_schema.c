@@ -774,6 +774,16 @@ done:
     return result;
 }
 
+/* A count keyword (minItems, maxLength ...) as an int without overflowing the cast: absent
+ * gives dflt, anything above 10000 gives 10001 (refused by the caller), a negative or
+ * fractional count -2 (refused here). */
+static int count_kw(const cJSON *x, int dflt) {
+    if (!cJSON_IsNumber(x)) return dflt;
+    double d = x->valuedouble;
+    if (!(d >= 0) || d != floor(d)) return -2;
+    return d > 10000 ? 10001 : (int)d;
+}
+
 /* ---- arrays ---- */
 static int compile_array(struct sc *c, const cJSON *s) {
     gir *g = c->g;
@@ -781,8 +791,8 @@ static int compile_array(struct sc *c, const cJSON *s) {
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
     const cJSON *addi = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxItems");
-    int min = cJSON_IsNumber(mn) ? (int)mn->valuedouble : 0;
-    int max = cJSON_IsNumber(mx) ? (int)mx->valuedouble : -1;
+    int min = count_kw(mn, 0), max = count_kw(mx, -1);
+    if (min == -2 || max == -2) return serr(c, GERBIL_ERR_FORMAT, "%s", "minItems/maxItems must be non-negative integers");
     if (min > 10000 || max > 10000) return serr(c, GERBIL_ERR_UNSUPPORTED, "%s", "minItems/maxItems above 10000");
     if (cJSON_IsArray(items)) { prefix = items; items = addi; } /* draft 4-7 tuples */
     int k = 0;
@@ -862,8 +872,8 @@ static int compile_string(struct sc *c, const cJSON *s) {
         return regex_string(c, re, 0);
     }
     if (!has_len) return c->r_string;
-    int min = cJSON_IsNumber(mn) ? (int)mn->valuedouble : 0;
-    int max = cJSON_IsNumber(mx) ? (int)mx->valuedouble : -1;
+    int min = count_kw(mn, 0), max = count_kw(mx, -1);
+    if (min == -2 || max == -2) return serr(c, GERBIL_ERR_FORMAT, "%s", "minLength/maxLength must be non-negative integers");
     if (min > 10000 || max > 10000) return serr(c, GERBIL_ERR_UNSUPPORTED, "%s", "minLength/maxLength above 10000");
     if (max >= 0 && max < min) { int r = gir_rule(c->g, NULL); c->g->rules[r].defined = 1; return r; }
     gseq sq = {0};
@@ -882,6 +892,13 @@ static int num_kw(const cJSON *s, const char *k, double *v) {
     return 1;
 }
 
+/* an integer bound as long long; beyond ±1e18 it saturates at ±2e18 (refused by the caller) */
+static long long bound_ll(double v) {
+    if (!(v > -1e18)) return -2000000000000000000LL;
+    if (!(v < 1e18)) return 2000000000000000000LL;
+    return (long long)v;
+}
+
 static int compile_integer(struct sc *c, const cJSON *s) {
     double v;
     int has_lo = 0, has_hi = 0;
@@ -890,21 +907,21 @@ static int compile_integer(struct sc *c, const cJSON *s) {
     const cJSON *emn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum"), *emx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
     if (num_kw(s, "minimum", &v)) {
         has_lo = 1;
-        lo = (long long)ceil(v);
+        lo = bound_ll(ceil(v));
         if (cJSON_IsTrue(emn) && (double)lo == v) lo++;
     }
     if (num_kw(s, "maximum", &v)) {
         has_hi = 1;
-        hi = (long long)floor(v);
+        hi = bound_ll(floor(v));
         if (cJSON_IsTrue(emx) && (double)hi == v) hi--;
     }
     if (cJSON_IsNumber(emn)) {
-        long long e = (long long)floor(emn->valuedouble) + 1;
+        long long e = bound_ll(floor(emn->valuedouble) + 1);
         if (!has_lo || e > lo) lo = e;
         has_lo = 1;
     }
     if (cJSON_IsNumber(emx)) {
-        long long e = (long long)ceil(emx->valuedouble) - 1;
+        long long e = bound_ll(ceil(emx->valuedouble) - 1);
         if (!has_hi || e < hi) hi = e;
         has_hi = 1;
     }
