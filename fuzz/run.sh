@@ -16,11 +16,12 @@ CC=clang cmake -S . -B "$B" -DGERBIL_FUZZ=ON -DGERBIL_CUDA=OFF -DCMAKE_BUILD_TYP
 cmake --build "$B" -j"$JOBS" >/dev/null || { cmake --build "$B" 2>&1 | tail -20; exit 1; }
 python3 fuzz/make_corpus.py "$B/corpus" || exit 1
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(fuzz_gguf fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_jinja fuzz_model fuzz_grammar)
+[ ${#names[@]} -eq 0 ] && names=(fuzz_gguf fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_jinja fuzz_model fuzz_grammar fuzz_http)
 declare -A DICT=([fuzz_gguf]=gguf [fuzz_safetensors]=safetensors [fuzz_config]=config [fuzz_tokenizer]=tokenizer
-                 [fuzz_jinja]=jinja [fuzz_model]=json [fuzz_grammar]=grammar)
+                 [fuzz_jinja]=jinja [fuzz_model]=json [fuzz_grammar]=grammar [fuzz_http]=http)
 declare -A MAXLEN=([fuzz_gguf]=310000 [fuzz_safetensors]=160000 [fuzz_config]=16384 [fuzz_tokenizer]=65536
-                   [fuzz_jinja]=16384 [fuzz_model]=8192 [fuzz_grammar]=8192)
+                   [fuzz_jinja]=16384 [fuzz_model]=8192 [fuzz_grammar]=8192
+                   [fuzz_http]=16384)
 bad=0
 for n in "${names[@]}"; do
     mkdir -p "$B/crashes/$n" "$B/corpus/$n"
