@@ -37,6 +37,7 @@ for n in "${names[@]}"; do
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/$n.log" | grep -o '[0-9]*$')
     cov=$(grep -oE '#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED).*cov: [0-9]+ ft: [0-9]+' "$B/$n.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
     printf '%-17s rc=%d  %ss  executions: %s  %s\n' "$n" $rc $(( $(date +%s) - start )) "${execs:-?}" "${cov:-}"
-    if [ $rc -ne 0 ]; then bad=1; grep -E "ERROR|runtime error|SUMMARY|artifact" "$B/$n.log" | head -8; fi
+    if [ $rc -eq 77 ]; then echo "  skipped: $(grep -m1 'skipped' "$B/$n.log")"; continue; fi # its data is absent
+    if [ $rc -ne 0 ]; then bad=1; grep -E "ERROR|runtime error|SUMMARY|artifact|fuzz_http:" "$B/$n.log" | head -8; fi
 done
 exit $bad
