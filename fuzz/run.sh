@@ -30,13 +30,14 @@ for n in "${names[@]}"; do
     [ -n "${GERBIL_FUZZ_RUNS:-}" ] && limit=(-runs="$GERBIL_FUZZ_RUNS")
     start=$(date +%s)
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        "$B/fuzz/$n" "${limit[@]}" -max_len="${MAXLEN[$n]}" -timeout=20 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
+        "$B/fuzz/$n" "${limit[@]}" -max_len="${MAXLEN[$n]}" -timeout=20 -error_exitcode=1 -timeout_exitcode=2 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
         -dict="$B/$n.dict" -artifact_prefix="$B/crashes/$n/" -print_final_stats=1 "$B/corpus/$n" \
         >"$B/$n.log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$B/$n.log" | grep -o '[0-9]*$')
     cov=$(grep -oE '#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED).*cov: [0-9]+ ft: [0-9]+' "$B/$n.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
     printf '%-17s rc=%d  %ss  executions: %s  %s\n' "$n" $rc $(( $(date +%s) - start )) "${execs:-?}" "${cov:-}"
+    # libFuzzer reports findings with exit 1 / 2 here (-error_exitcode, -timeout_exitcode), so 77 is the harness
     if [ $rc -eq 77 ]; then echo "  skipped: $(grep -m1 'skipped' "$B/$n.log")"; continue; fi # its data is absent
     if [ $rc -ne 0 ]; then bad=1; grep -E "ERROR|runtime error|SUMMARY|artifact|fuzz_http:" "$B/$n.log" | head -8; fi
 done
