@@ -557,6 +557,61 @@ static void test_ambiguity(void) {
     }
 }
 
+/* Long counters share their masks past GIR_HORIZON bytes (grammar.h): every mask along a
+ * walk, checked token by token against accepting that token's bytes, on the Llama 3
+ * vocabulary (128k tokens, some 16-128 bytes long: the horizon roots). */
+static void test_horizon(void) {
+    static const char *LLAMA3 = "../shared/data/tokenizers/llama3";
+    gerbil_tokenizer_t t3 = NULL;
+    gerbil_grammar_vocab_t v3 = NULL;
+    if (gerbil_tokenizer_load(LLAMA3, &t3) != GERBIL_OK || gerbil_grammar_vocab_new(t3, 0, NULL, 0, &v3) != GERBIL_OK) {
+        fprintf(stderr, "test_horizon: %s not loadable: %s\n", LLAMA3, gerbil_last_error());
+        CHECK(0);
+        gerbil_tokenizer_free(t3);
+        return;
+    }
+    static const struct { int kind; const char *src, *text; } cases[] = {
+        {GERBIL_GRAMMAR_REGEX, "\"[a-z \\-]{0,40}\"", "\"a ----------------- ab ----------------x\""},
+        {GERBIL_GRAMMAR_REGEX, "(ab|c){3,50}d", "abcabababccccababcabcababababababcd"},
+        {GERBIL_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":30},"
+                                     "\"n\":{\"type\":\"integer\"}},\"required\":[\"s\",\"n\"]}",
+         "{\"s\": \"The quick brown fox, jumps ov\", \"n\": 12}"},
+    };
+    const int nv = gerbil_grammar_vocab_n(v3);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gerbil_grammar_t g = NULL;
+        gerbil_status st = gerbil_grammar_compile(v3, (gerbil_grammar_kind)cases[c].kind, cases[c].src, strlen(cases[c].src), NULL, &g);
+        CHECKF(st == GERBIL_OK, "%s: %s", cases[c].src, gerbil_last_error());
+        if (st != GERBIL_OK) continue;
+        gerbil_grammar_state_t s, tmp;
+        gerbil_grammar_state_new(g, &s);
+        gerbil_grammar_state_new(g, &tmp);
+        uint64_t *m = calloc((size_t)gerbil_grammar_mask_words(g), 8);
+        const char *text = cases[c].text;
+        int bad = 0, steps = 0;
+        for (size_t i = 0; text[i] && !bad; i++) {
+            if (gerbil_grammar_mask(s, m) != GERBIL_OK) { bad = 1; break; }
+            for (int id = 0; id < nv && bad < 3; id++) {
+                gerbil_grammar_state_copy(tmp, s);
+                const int ok = gerbil_grammar_accept_token(tmp, id) == GERBIL_OK, bit = (int)((m[id >> 6] >> (id & 63)) & 1);
+                if (ok != bit) {
+                    if (!bad) fprintf(stderr, "%s after %zu bytes: token %d accepted %d, mask bit %d\n", cases[c].src, i, id, ok, bit);
+                    bad++;
+                }
+            }
+            steps++;
+            CHECKF(gerbil_grammar_accept_bytes(s, text + i, 1) == 1, "%s: byte %zu of the text refused", cases[c].src, i);
+        }
+        CHECKF(!bad && steps > 30, "%s: masks differ from token acceptance (%d)", cases[c].src, bad);
+        free(m);
+        gerbil_grammar_state_free(tmp);
+        gerbil_grammar_state_free(s);
+        gerbil_grammar_free(g);
+    }
+    gerbil_grammar_vocab_free(v3);
+    gerbil_tokenizer_free(t3);
+}
+
 /* gerbil_generate_object on stories260K at temperature 1: the JSON parses and validates */
 static void test_generate_object(void) {
     gerbil_model_params mp = gerbil_model_default_params();
@@ -617,6 +672,7 @@ int main(void) {
     test_walks();
     test_generate_object();
     test_ambiguity();
+    test_horizon();
     gerbil_grammar_vocab_free(voc);
     gerbil_tokenizer_free(tok);
     return test_done();

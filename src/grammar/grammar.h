@@ -48,7 +48,13 @@ typedef struct grule {
     int32_t *alts; /* start positions in el */
     int n_alts, cap_alts;
     int defined;
+    int32_t horizon_of; /* 1 + the rule this one equals within GIR_HORIZON bytes (a long counter), or 0 */
 } grule;
+
+/* Counters longer than this many bytes of lookahead behave alike for any shorter input:
+ * x{0,40} after 2 copies and after 3 accept the same strings of under GIR_HORIZON bytes.
+ * The engine computes the masks of such states once (grammar_engine.c, trunc_state). */
+enum { GIR_HORIZON = 16 };
 
 typedef struct gir {
     gelem *el;

@@ -247,6 +247,8 @@ struct gstate {
     int32_t *roots;
     int n_roots;
     uint8_t shared;     /* acc/roots belong to the vocabulary's cache */
+    int8_t horizon;     /* a truncated state holding an alias target: its walk stops at
+                         * GIR_HORIZON bytes (deeper subtrees become roots); -1 unknown */
 };
 
 struct gerbil_grammar {
@@ -274,8 +276,12 @@ struct gerbil_grammar {
     int words;
     size_t cached_bytes, cache_budget;
     int32_t *walk;      /* [max_depth + 1] */
+    const int32_t **walk_row; /* [max_depth + 1] */
     int oom, overflow, toobig;
     int32_t *canon;     /* [n_el]: the first position whose rest of alternative equals this one's */
+    int32_t *alias;     /* [n_el] over canonical positions: the position that behaves alike within
+                         * GIR_HORIZON bytes (a long counter's), else itself */
+    uint8_t *at_horizon;/* [n_el]: an alias target */
     int32_t *rnum, *rq;  /* structure hashing: rule numbers (-1: unseen), queue */
 };
 
@@ -458,6 +464,7 @@ static int32_t state_get(gerbil_grammar_t g) {
     s->accept = (uint8_t)g->accept_flag;
     s->unk = (uint8_t)g->unk_flag;
     s->trunc = -2;
+    s->horizon = -1;
     g->tr[g->n_st] = NULL;
     if (g->n_out) memcpy(g->lists + g->n_lists, g->out, (size_t)g->n_out * sizeof *g->out); /* lists: NULL until used */
     g->n_lists += (size_t)g->n_out;
@@ -528,29 +535,68 @@ static void drop_masks(gerbil_grammar_t g) {
 }
 
 /* node x with its ancestry cut after k frames (the rest: node 1, "unknown") */
-static int32_t trunc_node(gerbil_grammar_t g, int32_t x, int k) {
+static int32_t trunc_node(gerbil_grammar_t g, int32_t x, int k, int32_t cut) {
     if (x <= 1) return x;
-    if (k == 0) return 1;
-    int32_t p = trunc_node(g, g->nodes[x].parent, k - 1);
+    if (k == 0 || x == cut) return 1;
+    int32_t p = trunc_node(g, g->nodes[x].parent, k - 1, cut);
     if (p < 0) return -1;
-    return node_get(g, g->nodes[x].pos, p);
+    return node_get(g, g->alias[g->nodes[x].pos], p);
 }
 
-/* the truncated state of s, or -1 when s has no stack deeper than TRUNC_K (nothing to share) */
+/* The nearest frame below the tops that every stack of s passes through within TRUNC_K
+ * frames, or -1. Everything from there down is one context (what follows a string, a
+ * number, a value ...), so cutting there makes the walk the same wherever the construct
+ * sits: every string value of every schema shares the string body's walk, and only the
+ * tokens that leave it (roots) are walked again from s. */
+static int32_t common_cut(gerbil_grammar_t g, int32_t s) {
+    const int32_t *l = g->lists + g->st[s].off;
+    const int n = g->st[s].n;
+    if (n < 2) return -1;
+    int32_t a = g->nodes[l[0]].parent;
+    for (int k = 0; k < TRUNC_K && a > 1; k++, a = g->nodes[a].parent) {
+        int all = 1;
+        for (int i = 0; i < n && all; i++) {
+            if (l[i] == a) { all = 0; break; } /* a is some stack's top */
+            int found = 0;
+            int32_t x = g->nodes[l[i]].parent;
+            for (int j = 0; j < TRUNC_K && x > 1 && !found; j++, x = g->nodes[x].parent) found = x == a;
+            all = found;
+        }
+        if (all) return a;
+    }
+    return -1;
+}
+
+/* whether truncated state t holds a frame at an alias target (its walk needs the horizon) */
+static int state_horizon(gerbil_grammar_t g, int32_t t) {
+    if (g->st[t].horizon < 0) {
+        int h = 0;
+        for (int i = 0; i < g->st[t].n && !h; i++)
+            for (int32_t x = g->lists[g->st[t].off + i]; x > 1 && !h; x = g->nodes[x].parent) h = g->at_horizon[g->nodes[x].pos];
+        g->st[t].horizon = (int8_t)h;
+    }
+    return g->st[t].horizon;
+}
+
+/* the truncated state of s: every stack cut to TRUNC_K frames or at the frame they all pass
+ * through, and long counters aliased to their horizon rule; -1 when that changes nothing
+ * (nothing to share) */
 static int32_t trunc_state(gerbil_grammar_t g, int32_t s) {
     if (g->st[s].trunc != -2) return g->st[s].trunc;
-    int deep = 0;
-    for (int i = 0; i < g->st[s].n && !deep; i++) deep = g->nodes[g->lists[g->st[s].off + i]].depth > TRUNC_K;
     int32_t t = -1;
-    if (deep && !g->st[s].unk) {
+    if (!g->st[s].unk) {
+        const int32_t cut = common_cut(g, s);
         begin(g);
+        int changed = 0;
         for (int i = 0; i < g->st[s].n; i++) {
-            int32_t x = trunc_node(g, g->lists[g->st[s].off + i], TRUNC_K);
+            int32_t x0 = g->lists[g->st[s].off + i], x = trunc_node(g, x0, TRUNC_K, cut);
             if (x < 0) { g->st[s].trunc = -1; return -1; }
+            changed |= x != x0;
             out_push(g, x);
         }
         g->accept_flag = g->st[s].accept;
-        t = state_get(g);
+        /* nothing cut and no counter aliased: the state itself (walked in full) */
+        t = changed ? state_get(g) : -1;
     }
     g->st[s].trunc = t;
     return t;
@@ -621,6 +667,7 @@ static int state_key(gerbil_grammar_t g, int32_t t, uint64_t *k1, uint64_t *k2) 
     qsort(hs, (size_t)n, sizeof *hs, cmp_h2);
     struct h2 h = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL};
     hmix(&h, g->st[t].accept);
+    hmix(&h, state_horizon(g, t) ? 0x4012 : 0); /* a horizon walk's acc/roots differ from a full one's */
     for (int i = 0; i < n; i++) { hmix(&h, hs[i].a); hmix(&h, hs[i].b); }
     *k1 = h.a | 1;
     *k2 = h.b;
@@ -628,17 +675,29 @@ static int state_key(gerbil_grammar_t g, int32_t t, uint64_t *k1, uint64_t *k2) 
 }
 
 /* Walk the trie nodes [from, to) whose parent state is walk[depth(from) - 1]. For a
- * truncated state (roots != NULL), a node reaching a state that touched the unknown rest
+ * truncated state (roots != NULL), a node reaching a state that touched the unknown rest,
+ * or as deep as horizon (a token that long can tell an aliased counter from the real one),
  * is recorded as a root and its subtree skipped. */
-static void walk_trie(gerbil_grammar_t g, int from, int to, uint64_t *bits, int32_t **roots, int *n_roots, int *cap_roots) {
+static void walk_trie(gerbil_grammar_t g, int from, int to, uint64_t *bits, int32_t **roots, int *n_roots, int *cap_roots,
+                      int horizon) {
     const struct gerbil_grammar_vocab *v = g->v;
     const struct tnode *T = v->trie;
     int32_t *walk = g->walk;
+    /* row[d]: the transition row of walk[d] (rows never move once made; NULL: not made yet) */
+    const int32_t **row = g->walk_row;
+    if (from < to) row[T[from].depth - 1] = g->tr[walk[T[from].depth - 1]];
     for (int i = from; i < to;) {
         const struct tnode *t = &T[i];
-        int32_t ns = step(g, walk[t->depth - 1], t->b);
+        const int d = t->depth;
+        int32_t ns;
+        if (d >= horizon) ns = 1; /* any live state: a root below */
+        else {
+            const int32_t *r = row[d - 1];
+            ns = r ? r[t->b] : -2;
+            if (ns == -2) { ns = step_fill(g, walk[d - 1], t->b); row[d - 1] = g->tr[walk[d - 1]]; }
+        }
         if (ns < 0) { i += t->sub; continue; }
-        if (roots && g->st[ns].unk) {
+        if (roots && (t->depth >= horizon || g->st[ns].unk)) {
             if (*n_roots == *cap_roots) {
                 int c = *cap_roots ? *cap_roots * 2 : 64;
                 int32_t *q = realloc(*roots, (size_t)c * sizeof *q);
@@ -650,7 +709,8 @@ static void walk_trie(gerbil_grammar_t g, int from, int to, uint64_t *bits, int3
             i += t->sub;
             continue;
         }
-        walk[t->depth] = ns;
+        walk[d] = ns;
+        row[d] = g->tr[ns];
         if (t->tok >= 0)
             for (int k = 0; k < t->ntok; k++) {
                 int32_t id = v->sorted[t->tok + k];
@@ -693,7 +753,7 @@ static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
                 int n_roots = 0, cap_roots = 0;
                 if (!acc) { g->oom = 1; return; }
                 g->walk[0] = t;
-                walk_trie(g, 0, v->n_trie, acc, &roots, &n_roots, &cap_roots);
+                walk_trie(g, 0, v->n_trie, acc, &roots, &n_roots, &cap_roots, state_horizon(g, t) ? GIR_HORIZON : 1 << 30);
                 g->st[t].acc = acc;
                 g->st[t].roots = roots;
                 g->st[t].n_roots = n_roots;
@@ -722,11 +782,11 @@ static void compute_mask(gerbil_grammar_t g, int32_t s, uint64_t *bits) {
             g->walk[0] = s;
             for (int k = 0; k < d - 1 && cur >= 0; k++) { cur = step(g, cur, (unsigned char)pre[k]); g->walk[k + 1] = cur; }
             if (cur < 0) continue;
-            walk_trie(g, i, i + tn->sub, bits, NULL, NULL, NULL);
+            walk_trie(g, i, i + tn->sub, bits, NULL, NULL, NULL, 1 << 30);
         }
     } else {
         g->walk[0] = s;
-        walk_trie(g, 0, v->n_trie, bits, NULL, NULL, NULL);
+        walk_trie(g, 0, v->n_trie, bits, NULL, NULL, NULL, 1 << 30);
     }
     if (g->st[s].accept)
         for (int id = 0; id < v->n_vocab; id++)
@@ -759,8 +819,11 @@ void gerbil_grammar_free(gerbil_grammar_t g) {
     free(g->work);
     free(g->out);
     free(g->walk);
+    free(g->walk_row);
     free(g->rnum);
     free(g->canon);
+    free(g->alias);
+    free(g->at_horizon);
     free(g->rq);
     gir_free(&g->ir);
     pthread_mutex_destroy(&g->mu);
@@ -832,6 +895,21 @@ static int canon_positions(gerbil_grammar_t g) {
         g->canon[pos] = i;
     }
     free(slot);
+    /* long counters: opt_k's positions alias opt_{GIR_HORIZON + 1}'s (grammar.h) */
+    g->alias = malloc((size_t)(n ? n : 1) * sizeof *g->alias);
+    g->at_horizon = calloc((size_t)(n ? n : 1), 1);
+    if (!g->alias || !g->at_horizon) return -1;
+    for (int pos = 0; pos < n; pos++) g->alias[pos] = pos;
+    for (int r = 0; r < g->ir.n_rules; r++) {
+        const grule *ru = &g->ir.rules[r];
+        if (!ru->horizon_of || ru->n_alts < 1) continue;
+        const grule *to = &g->ir.rules[ru->horizon_of - 1];
+        for (int j = 0; j < 2; j++) { /* x, then the rest of the counter */
+            int32_t a = g->canon[ru->alts[0] + j], b = g->canon[to->alts[0] + j];
+            g->alias[a] = b;
+            g->at_horizon[b] = 1;
+        }
+    }
     return 0;
 }
 
@@ -858,7 +936,8 @@ gerbil_status gerbil_grammar_compile(gerbil_grammar_vocab_t v, gerbil_grammar_ki
     g->nodes = malloc((size_t)g->cap_nodes * sizeof *g->nodes);
     g->mark = calloc((size_t)g->cap_mark, sizeof *g->mark);
     g->walk = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk);
-    if (!g->nodes || !g->mark || !g->walk || node_rehash(g)) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory"); }
+    g->walk_row = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_row);
+    if (!g->nodes || !g->mark || !g->walk || !g->walk_row || node_rehash(g)) { gerbil_grammar_free(g); return err_set(GERBIL_ERR_NOMEM, "grammar: out of memory"); }
     g->nodes[0] = (struct gnode){-1, -1, 0}; /* the empty stack: the grammar is complete */
     g->nodes[1] = (struct gnode){-2, -1, 0}; /* the unknown rest of a truncated stack */
     g->n_nodes = 2;

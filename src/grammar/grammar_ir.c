@@ -151,6 +151,7 @@ int gir_repeat(gir *g, int x, int min, int max) {
         /* opt_k ::= x opt_{k-1} | "" ; opt_0 ::= "" */
         tail = gir_rule(g, NULL);
         gir_alt(g, tail, &s);
+        int at_horizon = -1; /* opt_{GIR_HORIZON + 1} */
         for (int k = 1; k <= max - min; k++) {
             int r = gir_rule(g, NULL);
             gseq_rule(&s, x);
@@ -158,6 +159,10 @@ int gir_repeat(gir *g, int x, int min, int max) {
             gir_alt(g, r, &s);
             gir_alt(g, r, &s);
             tail = r;
+            if (k == GIR_HORIZON + 1) at_horizon = r;
+            /* each copy of x takes a byte or is empty, so under GIR_HORIZON bytes opt_k and
+             * opt_{GIR_HORIZON + 1} are the same language prefix for prefix */
+            if (k > GIR_HORIZON + 1 && !g->oom) g->rules[r].horizon_of = at_horizon + 1;
         }
     }
     if (min == 0) { gseq_free(&s); return tail; }
