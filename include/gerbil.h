@@ -713,6 +713,10 @@ typedef struct {
     double rescale_factor;                           /* 1/255 */
     float image_mean[3], image_std[3];               /* 0.5, 0.5 */
 } gerbil_qwen_image_config;
+/* Read preprocessor_config.json (transformers' constructor defaults, then the file's
+ * patch_size, temporal_patch_size, merge_size, size.shortest_edge / longest_edge,
+ * min_pixels / max_pixels (these win), rescale_factor, image_mean, image_std). */
+gerbil_status gerbil_qwen_image_config_read(const char *path, gerbil_qwen_image_config *cfg);
 /* pixel_values [n_patches, patch_dim] (malloc'd, free()) and image_grid_thw, as the HF
  * processor returns them for one image. */
 gerbil_status gerbil_image_qwen_patches(const gerbil_image *im, const gerbil_qwen_image_config *cfg, float **pixels,

@@ -19,6 +19,7 @@
 #include <openssl/evp.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FX "tests/fixtures/qwen35-vl-image/"
 #define IMG "../shared/data/images/"
@@ -258,10 +259,59 @@ static void test_errors(void) {
     CHECK(gerbil_image_smart_resize(368, 550, 32, 65536, 16777216, &h, &w) == GERBIL_OK && h == 384 && w == 544);
 }
 
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+/* preprocessor_config.json: Qwen3.5's (as the Qwen/Qwen3.5 repos ship it), defaults, errors */
+static void test_config(void) {
+    char p[] = "/tmp/gerbil_test_image_XXXXXX";
+    int fd = mkstemp(p);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    write_file(p, "{\"size\": {\"longest_edge\": 16777216, \"shortest_edge\": 65536}, \"patch_size\": 16,"
+                  " \"temporal_patch_size\": 2, \"merge_size\": 2, \"image_mean\": [0.5, 0.5, 0.5],"
+                  " \"image_std\": [0.5, 0.5, 0.5], \"processor_class\": \"Qwen3VLProcessor\","
+                  " \"image_processor_type\": \"Qwen2VLImageProcessorFast\"}");
+    gerbil_qwen_image_config c;
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_OK);
+    CHECK(c.patch_size == 16 && c.temporal_patch_size == 2 && c.merge_size == 2 && c.min_pixels == 65536 &&
+          c.max_pixels == 16777216 && c.image_mean[1] == 0.5f && c.image_std[2] == 0.5f && c.rescale_factor == 1.0 / 255);
+    /* with it, the cats photo gives the PIL processor's pixel_values (proc.json, "full") */
+    gerbil_image im;
+    CHECK(gerbil_image_read_file(IMG "coco_000000039769_two_cats.png", &im) == GERBIL_OK);
+    float *pv = NULL;
+    int64_t np, pd;
+    int thw[3];
+    if (gerbil_image_qwen_patches(&im, &c, &pv, &np, &pd, thw) == GERBIL_OK) {
+        char s[65];
+        sha_hex(pv, (size_t)(np * pd) * sizeof(float), s);
+        CHECK(strcmp(s, "dd228dcf7e5473a274adff10edc018a9918f6d33d4e41379a69b52d5a7380680") == 0);
+        free(pv);
+    } else CHECK(0);
+    gerbil_image_free(&im);
+    write_file(p, "{\"min_pixels\": 3136, \"max_pixels\": 1003520, \"size\": {\"shortest_edge\": 1, \"longest_edge\": 2}}");
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_OK);
+    CHECK(c.patch_size == 14 && c.min_pixels == 3136 && c.max_pixels == 1003520 && fabsf(c.image_mean[0] - 0.48145466f) < 1e-7f);
+    write_file(p, "{\"patch_size\": \"sixteen\"}");
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_ERR_FORMAT && strstr(gerbil_last_error(), "patch_size"));
+    write_file(p, "{\"image_std\": [0.5, 0, 0.5]}");
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_ERR_FORMAT && strstr(gerbil_last_error(), "image_std"));
+    write_file(p, "{\"min_pixels\": 5000, \"max_pixels\": 4000}");
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_ERR_FORMAT);
+    write_file(p, "[1, 2");
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_ERR_FORMAT);
+    unlink(p);
+    CHECK(gerbil_qwen_image_config_read(p, &c) == GERBIL_ERR_IO);
+}
+
 int main(void) {
     test_decode();
     test_resize();
     test_processor();
     test_errors();
+    test_config();
     return test_done();
 }

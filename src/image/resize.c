@@ -9,7 +9,9 @@
 #include "gerbil.h"
 #include "base/status.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,5 +194,76 @@ gerbil_status gerbil_image_qwen_patches(const gerbil_image *im, const gerbil_qwe
     grid_thw[0] = 1;
     grid_thw[1] = gh;
     grid_thw[2] = gw;
+    return GERBIL_OK;
+}
+
+static gerbil_status num_field(const cJSON *o, const char *key, double lo, double hi, const char *path, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return GERBIL_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
+    *out = v->valuedouble;
+    return GERBIL_OK;
+}
+
+static gerbil_status triple_field(const cJSON *o, const char *key, int positive, const char *path, float out[3]) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return GERBIL_OK;
+    if (cJSON_IsNumber(v)) { out[0] = out[1] = out[2] = (float)v->valuedouble; }
+    else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 3) {
+        for (int i = 0; i < 3; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e)) return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" must hold 3 numbers", path, key);
+            out[i] = (float)e->valuedouble;
+        }
+    } else return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" must be a number or 3 numbers", path, key);
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(out[i]) || (positive && !(out[i] > 0)))
+            return err_set(GERBIL_ERR_FORMAT, "%s: \"%s\" has a bad value %g", path, key, out[i]);
+    return GERBIL_OK;
+}
+
+/* preprocessor_config.json as transformers' Qwen2VLImageProcessor reads it: the defaults of
+ * its constructor (patch 14, temporal 2, merge 2, size 56*56 .. 28*28*1280, CLIP mean/std),
+ * then the file's fields; min_pixels / max_pixels, where given, override size's
+ * shortest_edge / longest_edge. */
+gerbil_status gerbil_qwen_image_config_read(const char *path, gerbil_qwen_image_config *cfg) {
+    *cfg = (gerbil_qwen_image_config){14, 2, 2, 56 * 56, 28 * 28 * 1280, 1.0 / 255,
+                                      {0.48145466f, 0.4578275f, 0.40821073f}, {0.26862954f, 0.26130258f, 0.27577711f}};
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(GERBIL_ERR_IO, "%s: cannot open", path);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    const int more = fgetc(f) != EOF;
+    fclose(f);
+    if (more) return err_set(GERBIL_ERR_FORMAT, "%s: larger than 64 KiB", path);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return err_set(GERBIL_ERR_FORMAT, "%s: not a JSON object", path); }
+    double p = cfg->patch_size, t = cfg->temporal_patch_size, m = cfg->merge_size, lo = (double)cfg->min_pixels,
+           hi = (double)cfg->max_pixels, rf = cfg->rescale_factor;
+    gerbil_status st = GERBIL_OK;
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(j, "size");
+    if (!st) st = num_field(j, "patch_size", 1, 64, path, &p);
+    if (!st) st = num_field(j, "temporal_patch_size", 1, 8, path, &t);
+    if (!st) st = num_field(j, "merge_size", 1, 8, path, &m);
+    if (!st && cJSON_IsObject(size)) st = num_field(size, "shortest_edge", 1, 1e12, path, &lo);
+    if (!st && cJSON_IsObject(size)) st = num_field(size, "longest_edge", 1, 1e12, path, &hi);
+    if (!st) st = num_field(j, "min_pixels", 1, 1e12, path, &lo);
+    if (!st) st = num_field(j, "max_pixels", 1, 1e12, path, &hi);
+    if (!st) st = num_field(j, "rescale_factor", 1e-9, 1e9, path, &rf);
+    if (!st) st = triple_field(j, "image_mean", 0, path, cfg->image_mean);
+    if (!st) st = triple_field(j, "image_std", 1, path, cfg->image_std);
+    cJSON_Delete(j);
+    if (st) return st;
+    if (p != (int)p || t != (int)t || m != (int)m)
+        return err_set(GERBIL_ERR_FORMAT, "%s: patch_size, temporal_patch_size and merge_size must be integers", path);
+    if (lo > hi) return err_set(GERBIL_ERR_FORMAT, "%s: min pixels %.0f above max pixels %.0f", path, lo, hi);
+    cfg->patch_size = (int)p;
+    cfg->temporal_patch_size = (int)t;
+    cfg->merge_size = (int)m;
+    cfg->min_pixels = (int64_t)lo;
+    cfg->max_pixels = (int64_t)hi;
+    cfg->rescale_factor = rf;
     return GERBIL_OK;
 }
