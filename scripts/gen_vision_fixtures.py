@@ -68,15 +68,14 @@ def decode_refs():
     from transformers.image_utils import load_image
     d = {}
     files = [os.path.join(src, f) for f in REAL] + sorted(
-        os.path.join(out, "images", f) for f in os.listdir(os.path.join(out, "images")))
+        os.path.join(out, "images", f) for f in os.listdir(os.path.join(out, "images"))
+        if f.endswith((".png", ".jpg", ".webp")))
     for f in files:
         im = load_image(f)
         arr = np.ascontiguousarray(np.array(im.convert("RGB"), dtype=np.uint8))
         raw = np.ascontiguousarray(np.array(Image.open(f).convert("RGB"), dtype=np.uint8))
         d[os.path.basename(f)] = {"w": arr.shape[1], "h": arr.shape[0], "sha256": sha(arr.tobytes()),
                                   "mode": Image.open(f).mode, "sha256_no_exif": sha(raw.tobytes())}
-        if os.path.basename(f).startswith(("rgba", "la", "palette", "alpha")):
-            np.save(os.path.join(out, "images", os.path.basename(f) + ".rgb.npy"), arr)
         print(os.path.basename(f), d[os.path.basename(f)], flush=True)
     json.dump(d, open(os.path.join(out, "decode.json"), "w"), indent=1)
 
