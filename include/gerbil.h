@@ -683,6 +683,45 @@ gerbil_status gerbil_stt_logits(gerbil_model_t m, const float *pcm, int64_t n, c
 /* The encoder's output [*n_frames][n_embd] (malloc'd; free()). */
 gerbil_status gerbil_stt_encode(gerbil_model_t m, const float *pcm, int64_t n, float **out, int *n_frames);
 
+/* ---- images in (src/image/) ---- */
+/* Limits checked from a file's header before its pixels are allocated (Pillow's own
+ * decompression-bomb limit is 178956970 pixels; ours is half of that). */
+enum { GERBIL_IMAGE_MAX_SIDE = 32768, GERBIL_IMAGE_MAX_PIXELS = 89478485, GERBIL_IMAGE_MAX_BYTES = 256 << 20 };
+/* 8-bit RGB, row-major (height rows of width * 3 bytes). */
+typedef struct {
+    int width, height;
+    unsigned char *rgb;
+} gerbil_image;
+/* Decode a PNG, JPEG or WebP file as transformers' load_image sees it through Pillow:
+ * JPEG EXIF orientation applied, alpha dropped (Pillow's convert("RGB"); transformers does
+ * not composite), palette / grey / 16-bit converted to 8-bit RGB. GERBIL_ERR_IO (cannot
+ * open), GERBIL_ERR_FORMAT (not an image, truncated, corrupt), GERBIL_ERR_INVALID_ARG
+ * (over the limits), GERBIL_ERR_UNSUPPORTED (CMYK JPEG, animated WebP). */
+gerbil_status gerbil_image_read_file(const char *path, gerbil_image *out);
+/* The same from a file's bytes; what names it in errors (may be NULL). */
+gerbil_status gerbil_image_read_memory(const void *data, size_t size, const char *what, gerbil_image *out);
+void gerbil_image_free(gerbil_image *im);
+/* Pillow's Image.resize(BICUBIC) on 8-bit RGB, bit for bit (antialiased when shrinking). */
+gerbil_status gerbil_image_resize_bicubic(const gerbil_image *in, int out_w, int out_h, gerbil_image *out);
+/* transformers' Qwen2-VL smart_resize: sides multiples of factor, pixels within bounds. */
+gerbil_status gerbil_image_smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels,
+                                        int *out_h, int *out_w);
+/* The Qwen2-VL / Qwen3-VL / Qwen3.5 image processor (preprocessor_config.json's fields). */
+typedef struct {
+    int patch_size, temporal_patch_size, merge_size; /* Qwen3.5: 16, 2, 2 */
+    int64_t min_pixels, max_pixels;                  /* size.shortest_edge, size.longest_edge */
+    double rescale_factor;                           /* 1/255 */
+    float image_mean[3], image_std[3];               /* 0.5, 0.5 */
+} gerbil_qwen_image_config;
+/* Read preprocessor_config.json (transformers' constructor defaults, then the file's
+ * patch_size, temporal_patch_size, merge_size, size.shortest_edge / longest_edge,
+ * min_pixels / max_pixels (these win), rescale_factor, image_mean, image_std). */
+gerbil_status gerbil_qwen_image_config_read(const char *path, gerbil_qwen_image_config *cfg);
+/* pixel_values [n_patches, patch_dim] (malloc'd, free()) and image_grid_thw, as the HF
+ * processor returns them for one image. */
+gerbil_status gerbil_image_qwen_patches(const gerbil_image *im, const gerbil_qwen_image_config *cfg, float **pixels,
+                                        int64_t *n_patches, int64_t *patch_dim, int grid_thw[3]);
+
 #ifdef __cplusplus
 }
 #endif
