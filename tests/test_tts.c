@@ -1,0 +1,85 @@
+/* Text-to-speech golden tests.
+ *
+ * dac-tiny (scripts/gen_tts_fixtures.py, run on the device machine with transformers 5.17,
+ * f32 on its CPU): transformers' DacModel.decode(audio_codes=codes) for a tiny random
+ * DacConfig with weight norm applied (the checkpoint stores parametrizations.weight.
+ * original0/1; gerbil folds them at load) and an odd upsampling ratio (3). gerbil's decode of
+ * the same codes on the cpu backend (1 and 2 threads) and the ref backend must match the
+ * waveform before tanh within 2e-4 relative to its largest magnitude (f32 convolutions
+ * summed in another order through ~20 layers; measured below) and after tanh within 1e-4
+ * absolute; the output is finite and within [-1, 1]; bad codes give clear errors. */
+#include "test.h"
+
+#include "io/safetensors.h"
+#include "tts/dac.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void dac_golden(void) {
+    const char *dir = "tests/fixtures/dac-tiny";
+    struct st_file ex;
+    CHECKF(st_file_open("tests/fixtures/dac-tiny/expected.safetensors", &ex) == GERBIL_OK, "%s", gerbil_last_error());
+    const struct gb_tensor *codes = st_file_find(&ex, "codes"), *audio = st_file_find(&ex, "audio"),
+                           *pre = st_file_find(&ex, "pre_tanh");
+    CHECK(codes && audio);
+    if (!codes || !audio) return;
+    const int n_cb = (int)codes->ne[0], T = (int)codes->ne[1];
+    const int64_t N = audio->ne[0];
+    const float *want = audio->data, *want_pre = pre ? pre->data : NULL;
+    const char *backs[3] = {"cpu", "cpu", "ref"};
+    const int threads[3] = {1, 2, 1};
+    for (int bi = 0; bi < 3; bi++) {
+        struct dac *d = NULL;
+        gerbil_status st = dac_load(dir, backs[bi], threads[bi], &d);
+        CHECKF(st == GERBIL_OK, "load: %s", gerbil_last_error());
+        if (st != GERBIL_OK) continue;
+        CHECK(dac_n_codebooks(d) == 2 && dac_sample_rate(d) == 24000 && dac_samples_out(d, T) == N);
+        float *pcm = NULL, *pt = NULL;
+        int64_t n = 0;
+        st = dac_decode(d, codes->data, n_cb, T, &pcm, &n, &pt);
+        CHECKF(st == GERBIL_OK && n == N, "decode: %s (n %lld, want %lld)", gerbil_last_error(), (long long)n,
+               (long long)N);
+        if (st == GERBIL_OK && n == N) {
+            double big = 0, dpre = 0, dpost = 0;
+            int finite = 1;
+            for (int64_t i = 0; i < N; i++) {
+                if (want_pre) {
+                    big = fmax(big, fabs(want_pre[i]));
+                    dpre = fmax(dpre, fabs((double)pt[i] - want_pre[i]));
+                }
+                dpost = fmax(dpost, fabs((double)pcm[i] - want[i]));
+                if (!isfinite(pcm[i]) || pcm[i] < -1 || pcm[i] > 1) finite = 0;
+            }
+            printf("dac-tiny %s/%d: %lld samples, pre-tanh max |diff| %.3g (max |x| %.3g), audio max |diff| %.3g\n",
+                   backs[bi], threads[bi], (long long)N, dpre, big, dpost);
+            if (want_pre) CHECKF(dpre <= 2e-4 * big, "pre-tanh diff %.3g", dpre);
+            CHECKF(dpost <= 1e-4, "audio diff %.3g", dpost);
+            CHECK(finite);
+        }
+        free(pcm);
+        free(pt);
+        if (bi == 0) { /* clear errors */
+            int32_t bad[2] = {0, 64};
+            CHECK(dac_decode(d, bad, 2, 1, &pcm, &n, NULL) == GERBIL_ERR_INVALID_ARG && !pcm);
+            CHECK(strstr(gerbil_last_error(), "code 64") != NULL);
+            CHECK(dac_decode(d, bad, 3, 1, &pcm, &n, NULL) == GERBIL_ERR_INVALID_ARG);
+            CHECK(dac_decode(d, bad, 2, 0, &pcm, &n, NULL) == GERBIL_ERR_INVALID_ARG);
+        }
+        dac_free(d);
+    }
+    st_file_close(&ex);
+    struct dac *d = NULL;
+    CHECK(dac_load("tests/fixtures/outetts-tiny", "cpu", 1, &d) != GERBIL_OK && !d);
+    printf("not a DAC folder: %s\n", gerbil_last_error());
+}
+
+int main(void) {
+    if (access("tests/fixtures/dac-tiny/expected.safetensors", R_OK) != 0)
+        SKIP("tests/fixtures/dac-tiny is missing (scripts/gen_tts_fixtures.py makes it)\n");
+    dac_golden();
+    return test_done();
+}
