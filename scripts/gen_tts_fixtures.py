@@ -12,10 +12,10 @@ Each OUT_DIR/NAME/ holds a checkpoint (config.json, model.safetensors) and expec
              entries, codebook_dim 4). model.apply_weight_norm() is called and the g/v parameters
              are randomised, so the checkpoint stores parametrizations.weight.original0/original1
              as a weight-normed HF checkpoint does (gerbil folds them at load). Snake alphas are
-             1 + 0.3 N(0,1) (kept away from 0).
-             expected: codes [2, T] i32 (random), audio [N] f32 = model.decode(audio_codes=codes),
-             pre_tanh [N] f32 = decoder.conv2's output (a forward hook): the test's check before tanh.
-             Weight-norm g is 0.4..0.8 (decoder.conv2: 0.3 times that) so tanh is not saturated.
+             1 + 0.3 N(0,1) (kept away from 0). Weight-norm g is U(0.5, 1.5): many output samples
+             saturate tanh (test_tts prints how many do not); a rerun with smaller g and the
+             pre-tanh waveform saved is the next step (the device was not available).
+             expected: codes [2, T] i32 (random), audio [N] f32 = model.decode(audio_codes=codes).
   outetts-tiny  transformers.Qwen3ForCausalLM (OuteTTS-1.0-0.6B is a Qwen3 backbone, tied embeddings),
              vocab 512, ids 256..511 the audio-code tokens (c1_0..c1_127 = 256..383,
              c2_0..c2_127 = 384..511). expected: prompt_ids [P] i32 (fixed, random < 256),
@@ -49,7 +49,7 @@ def dac_tiny(out):
             if name.endswith("alpha"):
                 p.copy_(1 + 0.3 * torch.randn_like(p))
             elif name.endswith("original0"):  # g
-                p.copy_((0.3 if name.startswith("decoder.conv2") else 1.0) * (0.4 + 0.4 * torch.rand_like(p)))
+                p.copy_(0.5 + torch.rand_like(p))
             elif name.endswith("original1"):  # v
                 p.copy_(torch.randn_like(p))
             elif name.endswith("bias"):
@@ -58,17 +58,13 @@ def dac_tiny(out):
                 p.copy_(torch.randn_like(p))
     T = 7
     codes = torch.randint(0, cfg.codebook_size, (1, cfg.n_codebooks, T))
-    pre = {}
-    model.decoder.conv2.register_forward_hook(lambda m, i, o: pre.setdefault("x", o.detach()))
     with torch.no_grad():
         audio = model.decode(audio_codes=codes).audio_values[0].float()
-    log("dac-tiny: |audio| > 0.99 in", int((audio.abs() > 0.99).sum()), "of", audio.numel())
     sd = {k: v.detach().contiguous().float() for k, v in model.state_dict().items()}
     os.makedirs(out, exist_ok=True)
     save_file(sd, os.path.join(out, "model.safetensors"))
     cfg.save_pretrained(out)
-    save_file({"codes": codes[0].to(torch.int32).contiguous(), "audio": audio.contiguous(),
-              "pre_tanh": pre["x"][0, 0].float().contiguous()},
+    save_file({"codes": codes[0].to(torch.int32).contiguous(), "audio": audio.contiguous()},
               os.path.join(out, "expected.safetensors"))
     log("dac-tiny: keys", len(sd), "audio", tuple(audio.shape), "range", float(audio.min()), float(audio.max()))
 
