@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "tts/dac.h"
+#include "tts/outetts.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -84,9 +85,49 @@ static void dac_golden(void) {
     printf("not a DAC folder: %s\n", gerbil_last_error());
 }
 
+/* outetts-tiny: a Qwen3ForCausalLM (OuteTTS-1.0-0.6B's family, tied embeddings), ids 256..511
+ * the audio codes; transformers' generate(do_sample=False) with a logits processor keeping
+ * only those ids gave greedy_ids (every step's top-2 margin >= 0.04). gerbil's restricted
+ * greedy on cpu (1, 2 threads) and ref must give the same ids. */
+static void outetts_codes(void) {
+    const char *dir = "tests/fixtures/outetts-tiny";
+    struct st_file ex;
+    CHECKF(st_file_open("tests/fixtures/outetts-tiny/expected.safetensors", &ex) == GERBIL_OK, "%s",
+           gerbil_last_error());
+    const struct gb_tensor *pr = st_file_find(&ex, "prompt_ids"), *gr = st_file_find(&ex, "greedy_ids");
+    CHECK(pr && gr);
+    if (!pr || !gr) return;
+    const int P = (int)pr->ne[0], G = (int)gr->ne[0];
+    const char *backs[3] = {"cpu", "cpu", "ref"};
+    const int threads[3] = {1, 2, 1};
+    for (int bi = 0; bi < 3; bi++) {
+        gerbil_model_params mp = gerbil_model_default_params();
+        mp.backend = backs[bi];
+        mp.n_threads = threads[bi];
+        gerbil_model_t m;
+        gerbil_status st = gerbil_model_load(dir, &mp, &m);
+        CHECKF(st == GERBIL_OK, "load: %s", gerbil_last_error());
+        if (st != GERBIL_OK) continue;
+        int32_t *ids = calloc((size_t)G, sizeof *ids);
+        st = outetts_greedy_codes(m, pr->data, P, 256, 512, G, ids);
+        CHECKF(st == GERBIL_OK, "generate: %s", gerbil_last_error());
+        int same = 0;
+        while (same < G && ids[same] == ((const int32_t *)gr->data)[same]) same++;
+        printf("outetts-tiny %s/%d: %d of %d restricted greedy ids equal transformers'\n", backs[bi], threads[bi],
+               same, G);
+        CHECK(same == G);
+        CHECK(outetts_greedy_codes(m, pr->data, P, 256, 513, G, ids) == GERBIL_ERR_INVALID_ARG);
+        free(ids);
+        gerbil_model_free(m);
+    }
+    st_file_close(&ex);
+}
+
 int main(void) {
     if (access("tests/fixtures/dac-tiny/expected.safetensors", R_OK) != 0)
         SKIP("tests/fixtures/dac-tiny is missing (scripts/gen_tts_fixtures.py makes it)\n");
     dac_golden();
+    if (access("tests/fixtures/outetts-tiny/expected.safetensors", R_OK) == 0) outetts_codes();
+    else CHECKF(0, "tests/fixtures/outetts-tiny is missing");
     return test_done();
 }
