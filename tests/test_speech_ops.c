@@ -183,6 +183,84 @@ int main(void) {
         }
         free(q); free(k); free(v); free(r); free(scr);
     }
+    /* audio-codec ops: im2col1d_pad (dilation, padding, row tiles), col2im1d (odd and even
+     * strides), snake; the reference against the definitions in double, cpu against ref */
+    {
+        const int pc[][6] = {{37, 5, 7, 1, 3, 9}, {23, 3, 7, 1, 9, 27}, {50, 4, 3, 2, 1, 1}, {11, 6, 1, 1, 1, 0}};
+        for (int ci = 0; ci < 4; ci++) {
+            const int T = pc[ci][0], C = pc[ci][1], K = pc[ci][2], s = pc[ci][3], d = pc[ci][4], p = pc[ci][5];
+            const int To = (T + 2 * p - d * (K - 1) - 1) / s + 1, t0 = To / 3, n = To - t0;
+            float *x = rnd((size_t)T * C, 1, 0), *want = poison((size_t)n * C * K), *r = poison((size_t)n * C * K);
+            for (int t = 0; t < n; t++)
+                for (int c = 0; c < C; c++)
+                    for (int k = 0; k < K; k++) {
+                        const long i = (long)(t0 + t) * s + (long)k * d - p;
+                        want[((size_t)t * C + c) * K + k] = i >= 0 && i < T ? x[(size_t)i * C + c] : 0.0f;
+                    }
+            op_im2col1d_pad(ref, r, x, T, C, K, s, d, p, t0, n);
+            snprintf(what, sizeof what, "im2col1d_pad ref T=%d C=%d K=%d s=%d d=%d p=%d", T, C, K, s, d, p);
+            cmp(what, r, want, (size_t)n * C * K, 0);
+            for (int b = 0; b < 2; b++) {
+                float *y = poison((size_t)n * C * K);
+                op_im2col1d_pad(cpus[b], y, x, T, C, K, s, d, p, t0, n);
+                snprintf(what, sizeof what, "im2col1d_pad cpu%d K=%d d=%d p=%d", b + 1, K, d, p);
+                cmp(what, y, r, (size_t)n * C * K, 0);
+                free(y);
+            }
+            free(x); free(want); free(r);
+        }
+        const int sc[][3] = {{13, 5, 3}, {9, 7, 2}, {31, 3, 5}, {4, 2, 8}};
+        for (int ci = 0; ci < 4; ci++) {
+            const int T = sc[ci][0], C = sc[ci][1], s = sc[ci][2], K = 2 * s, p = (s + 1) / 2;
+            const int To = (T - 1) * s - 2 * p + K;
+            float *z = rnd((size_t)T * C * K, 1, 0), *bb = rnd(C, 0.5f, 0), *r = poison((size_t)To * C);
+            double *want = calloc((size_t)To * C, sizeof *want);
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++)
+                    for (int k = 0; k < K; k++) {
+                        const long j = (long)t * s + k - p;
+                        if (j >= 0 && j < To) want[(size_t)j * C + c] += z[((size_t)t * C + c) * K + k];
+                    }
+            float *wf = malloc((size_t)To * C * sizeof *wf);
+            for (int j = 0; j < To; j++)
+                for (int c = 0; c < C; c++) wf[(size_t)j * C + c] = (float)(want[(size_t)j * C + c] + bb[c]);
+            op_col2im1d(ref, r, z, bb, T, C, K, s, p, To);
+            snprintf(what, sizeof what, "col2im1d ref T=%d C=%d s=%d", T, C, s);
+            abs_tol = 1e-6;
+            cmp(what, r, wf, (size_t)To * C, 1e-6);
+            abs_tol = 1e-30;
+            for (int b = 0; b < 2; b++) {
+                float *y = poison((size_t)To * C);
+                op_col2im1d(cpus[b], y, z, bb, T, C, K, s, p, To);
+                snprintf(what, sizeof what, "col2im1d cpu%d T=%d C=%d s=%d", b + 1, T, C, s);
+                cmp(what, y, r, (size_t)To * C, 0);
+                free(y);
+            }
+            free(z); free(bb); free(r); free(want); free(wf);
+        }
+        const int T = 41, C = 19;
+        float *x = rnd((size_t)T * C, 4, 0), *al = rnd(C, 0.8f, 1), *r = malloc((size_t)T * C * sizeof *r),
+              *want = malloc((size_t)T * C * sizeof *want);
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                const double v = x[(size_t)t * C + c], sn = sin((double)al[c] * v);
+                want[(size_t)t * C + c] = (float)(v + sn * sn / ((double)al[c] + 1e-9));
+            }
+        memcpy(r, x, (size_t)T * C * sizeof *r);
+        op_snake(ref, r, al, T, C);
+        abs_tol = 1e-6;
+        cmp("snake ref (f32 sinf vs double)", r, want, (size_t)T * C, 1e-5);
+        abs_tol = 1e-30;
+        for (int b = 0; b < 2; b++) {
+            float *y = malloc((size_t)T * C * sizeof *y);
+            memcpy(y, x, (size_t)T * C * sizeof *y);
+            op_snake(cpus[b], y, al, T, C);
+            snprintf(what, sizeof what, "snake cpu%d", b + 1);
+            cmp(what, y, r, (size_t)T * C, 0);
+            free(y);
+        }
+        free(x); free(al); free(r); free(want);
+    }
     backend_free(ref);
     backend_free(cpu1);
     backend_free(cpu2);

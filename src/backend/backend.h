@@ -296,6 +296,24 @@ struct backend_ops {
      * over the n_kv keys. scratch: attn_dense_floats(n_q, n_kv, hd) floats of backend memory. */
     void (*attention_dense)(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
                             int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
+
+    /* ---- ops of the audio codecs (DAC, dac.c); NULL where a backend lacks them (the codec
+     * refuses to load there, naming the op) ---- */
+    /* im2col1d with zero padding and dilation (a general conv1d is this + matmul with the
+     * weight [C_out][C * K]): col[t][c * K + k] = x[t * s + k * d - pad][c], 0 outside [0, T_in);
+     * T_out = (T_in + 2 pad - d (K - 1) - 1) / s + 1. Only rows t0 .. t0 + n - 1 are made, into
+     * col[0 .. n) (a long conv runs in tiles of rows). */
+    void (*im2col1d_pad)(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride,
+                         int dilation, int pad, int t0, int n);
+    /* The overlap-add of a transposed conv1d (a ConvTranspose1d is matmul x [T_in][C_in] by
+     * the weight as [C * K][C_in], then this): y[j][c] = b[c] + sum over t, k with
+     * t * s + k - pad = j of z[t][c * K + k], for j < T_out (T_out = (T_in - 1) s - 2 pad + K);
+     * the sum runs over k ascending. b may be NULL. */
+    void (*col2im1d)(struct backend *be, float *y, const float *z, const float *b, int T_in, int C, int K,
+                     int stride, int pad, int T_out);
+    /* Snake, in place on x [T][C]: x += 1 / (alpha[c] + 1e-9) * sin(alpha[c] * x)^2 (f32, as
+     * torch computes it). */
+    void (*snake)(struct backend *be, float *x, const float *alpha, int T, int C);
 };
 
 static inline size_t attn_dense_floats(int n_q, int n_kv, int hd) {
@@ -428,6 +446,18 @@ static inline void op_attention_dense(struct backend *be, float *out, const floa
                                       int n_q, int n_kv, int n_head, int n_head_kv, int hd, float scale,
                                       float *scratch) {
     be->ops->attention_dense(be, out, q, k, v, n_q, n_kv, n_head, n_head_kv, hd, scale, scratch);
+}
+
+static inline void op_im2col1d_pad(struct backend *be, float *col, const float *x, int T_in, int C, int K,
+                                   int stride, int dilation, int pad, int t0, int n) {
+    be->ops->im2col1d_pad(be, col, x, T_in, C, K, stride, dilation, pad, t0, n);
+}
+static inline void op_col2im1d(struct backend *be, float *y, const float *z, const float *b, int T_in, int C, int K,
+                               int stride, int pad, int T_out) {
+    be->ops->col2im1d(be, y, z, b, T_in, C, K, stride, pad, T_out);
+}
+static inline void op_snake(struct backend *be, float *x, const float *alpha, int T, int C) {
+    be->ops->snake(be, x, alpha, T, C);
 }
 
 #endif

@@ -84,6 +84,12 @@ void cpu_groupnorm(struct backend *be, float *y, const float *x, const float *w,
 void cpu_unary(struct backend *be, float *x, long n, int kind);
 void cpu_attention_dense(struct backend *be, float *out, const float *q, const float *k, const float *v, int n_q,
                          int n_kv, int n_head, int n_head_kv, int hd, float scale, float *scratch);
+/* Ops of the audio codecs (cpu_codec.c). */
+void cpu_im2col1d_pad(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride,
+                      int dilation, int pad, int t0, int n);
+void cpu_col2im1d(struct backend *be, float *y, const float *z, const float *b, int T_in, int C, int K, int stride,
+                  int pad, int T_out);
+void cpu_snake(struct backend *be, float *x, const float *alpha, int T, int C);
 /* Floats of delta-rule scratch one thread needs for heads of dk x dv. */
 size_t delta_scratch_floats(int dk, int dv);
 

@@ -586,6 +586,9 @@ static const struct backend_ops cpu_ops = {
     .groupnorm = cpu_groupnorm,
     .unary = cpu_unary,
     .attention_dense = cpu_attention_dense,
+    .im2col1d_pad = cpu_im2col1d_pad,
+    .col2im1d = cpu_col2im1d,
+    .snake = cpu_snake,
 };
 
 /* GERBIL_CPU_ISA forces the kernels' instruction sets (process-wide: the switches tests

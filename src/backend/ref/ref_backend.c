@@ -457,6 +457,42 @@ static void ref_im2col1d(struct backend *be, float *col, const float *x, int T_i
                 col[((size_t)t * C + c) * K + k] = x[((size_t)t * stride + k) * C + c];
 }
 
+/* ---- audio-codec ops (DAC) ---- */
+
+static void ref_im2col1d_pad(struct backend *be, float *col, const float *x, int T_in, int C, int K, int stride,
+                             int dilation, int pad, int t0, int n) {
+    (void)be;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++) {
+                const long i = (long)(t0 + r) * stride + (long)k * dilation - pad;
+                col[((size_t)r * C + c) * K + k] = i >= 0 && i < T_in ? x[(size_t)i * C + c] : 0.0f;
+            }
+}
+
+/* Scatter form (the definition): every z[t][c][k] added where it lands, k ascending per output. */
+static void ref_col2im1d(struct backend *be, float *y, const float *z, const float *b, int T_in, int C, int K,
+                         int stride, int pad, int T_out) {
+    (void)be;
+    for (int j = 0; j < T_out; j++)
+        for (int c = 0; c < C; c++) y[(size_t)j * C + c] = b ? b[c] : 0.0f;
+    for (int k = 0; k < K; k++)
+        for (int t = 0; t < T_in; t++) {
+            const long j = (long)t * stride + k - pad;
+            if (j < 0 || j >= T_out) continue;
+            for (int c = 0; c < C; c++) y[(size_t)j * C + c] += z[((size_t)t * C + c) * K + k];
+        }
+}
+
+static void ref_snake(struct backend *be, float *x, const float *alpha, int T, int C) {
+    (void)be;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            const float a = alpha[c], inv = 1.0f / (a + 1e-9f), v = x[(size_t)t * C + c], s = sinf(a * v);
+            x[(size_t)t * C + c] = v + inv * (s * s);
+        }
+}
+
 /* Mean and biased variance in double, the result rounded once to f32. */
 static void ref_layernorm(struct backend *be, float *y, const float *x, const float *w, const float *b, float eps,
                           int n_rows, int n) {
@@ -578,6 +614,9 @@ static const struct backend_ops ref_ops = {
     .groupnorm = ref_groupnorm,
     .unary = ref_unary,
     .attention_dense = ref_attention_dense,
+    .im2col1d_pad = ref_im2col1d_pad,
+    .col2im1d = ref_col2im1d,
+    .snake = ref_snake,
 };
 
 struct backend *backend_ref_new(void) {
